@@ -1,0 +1,35 @@
+# Every target creates the virtual environment on first use, so a fresh clone needs only
+# Python 3.11 and make.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STACK ?= a4
+MODE ?=
+
+.PHONY: venv plan plan-all test bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+## Render the offline plan of one stack: make plan STACK=a4 [MODE=autopilot]
+plan: venv
+	$(PY) -m tools.plan --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+
+plan-all: venv
+	for s in a4 a3u a4x; do $(PY) -m tools.plan --stack $$s --quiet || exit 1; done
+	for s in a4 a3u; do $(PY) -m tools.plan --stack $$s --mode autopilot --quiet || exit 1; done
+
+## Run the whole test suite (CI calls this through .ci/run).
+test: venv
+	$(PY) -m pytest -q tests
+
+## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.
+bench: venv
+	$(PY) -m bench.run
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,138 @@
+"""verl-gke: a GKE GPU cluster running GRPO fine-tuning with verl on Ray, as one Pulumi stack.
+
+The stack's config is read and validated once (components/config.py); each concern is one
+component; the training job is the last resource. `make plan STACK=<stack>` runs this same file
+under Pulumi's mock runtime.
+"""
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import config
+from components.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
+from components.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
+from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.hardware import NodeNetworking
+from components.nccl_installer import NcclInstaller, NcclInstallerArgs
+from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+
+cfg = config.from_pulumi()
+hw = cfg.hardware
+dranet = hw.networking is NodeNetworking.DRANET
+
+networks = None
+if not dranet:
+    networks = RdmaNetworks(
+        "networks",
+        RdmaNetworksArgs(
+            project=cfg.project,
+            region=cfg.region,
+            zone=cfg.zone,
+            gvnic_prefix=cfg.gvnic_prefix,
+            rdma_prefix=cfg.rdma_prefix,
+            nic_count=hw.rdma_nics,
+        ),
+    )
+
+gke = GkeCluster(
+    "gke",
+    GkeClusterArgs(
+        project=cfg.project,
+        region=cfg.region,
+        cluster_name=cfg.cluster_name,
+        autopilot=cfg.autopilot,
+        min_version=config.MIN_GKE_VERSION,
+        deletion_protection=cfg.deletion_protection,
+        exclusion_start=cfg.exclusion_start,
+        ray_addon=not dranet,
+        dra_beta_apis=dranet,
+    ),
+)
+in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
+
+gpu_nodes: list[pulumi.Resource] = []
+if not cfg.autopilot:
+    gpu_nodes.append(
+        GpuNodePool(
+            "gpu",
+            GpuNodePoolArgs(
+                project=cfg.project,
+                region=cfg.region,
+                zone=cfg.zone,
+                cluster=gke.name,
+                hardware=hw,
+                nodes=cfg.nodes,
+                capacity=cfg.provisioning,
+                reservation=cfg.reservation,
+                node_networks=networks.node_networks if networks else [],
+            ),
+        )
+    )
+if networks:
+    gpu_nodes += networks.map_into_cluster(gke.provider)
+
+if cfg.namespace != "default":
+    namespace = k8s.core.v1.Namespace(
+        "workload-namespace",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=cfg.namespace),
+        opts=pulumi.ResourceOptions(provider=gke.provider),
+    )
+    workload_namespace = namespace.metadata.name
+else:
+    workload_namespace = pulumi.Output.from_input(cfg.namespace)
+
+installer = NcclInstaller(
+    "nccl", NcclInstallerArgs(hardware=hw, autopilot=cfg.autopilot), opts=in_cluster
+)
+
+storage = GcsFuseStorage(
+    "storage",
+    GcsFuseStorageArgs(
+        project=cfg.project,
+        region=cfg.region,
+        bucket_name=cfg.bucket,
+        namespace=workload_namespace,
+        service_account=cfg.service_account,
+        hf_token=pulumi.Output.secret(cfg.hf_token.get_secret_value()) if cfg.hf_token else None,
+        arch=hw.arch,
+        delete_bucket_on_destroy=cfg.delete_bucket_on_destroy,
+    ),
+    opts=in_cluster,
+)
+
+pulumi.export("clusterName", gke.name)
+pulumi.export("clusterLocation", gke.location)
+pulumi.export("clusterEndpoint", gke.endpoint)
+pulumi.export("kubeconfig", gke.kubeconfig)
+pulumi.export("bucketName", storage.bucket_name)
+pulumi.export("bucketUrl", storage.bucket_url)
+pulumi.export("checkpointUri", storage.checkpoint_uri)
+pulumi.export(
+    "hardware",
+    {
+        "target": hw.target.value,
+        "gpuType": hw.gpu_type,
+        "machineType": hw.machine_type,
+        "gpusPerNode": hw.gpus_per_node,
+        "nodes": cfg.nodes,
+        "totalGpus": hw.gpus_per_node * cfg.nodes,
+        "clusterMode": cfg.cluster_mode.value,
+    },
+)
+pulumi.export(
+    "consoleUrls",
+    {
+        "cluster": pulumi.Output.concat(
+            "https://console.cloud.google.com/kubernetes/clusters/details/",
+            gke.location, "/", gke.name, "/details?project=", cfg.project,
+        ),
+        "bucket": pulumi.Output.concat(
+            "https://console.cloud.google.com/storage/browser/", storage.bucket_name,
+            "?project=", cfg.project,
+        ),
+        "gpuMetrics": (
+            "https://console.cloud.google.com/monitoring/dashboards/integration/"
+            f"gke.nvidia-dcgm?project={cfg.project}"
+        ),
+    },
+)

@@ -1,0 +1,197 @@
+"""GcsFuseStorage: the bucket that holds model, data and checkpoints, and its mount in the cluster.
+
+Creates a hierarchical-namespace bucket (uniform access, public access prevented) that
+`pulumi destroy` leaves in place unless the user opted in to deleting it; the Kubernetes service
+account of the Ray pods with a bucket-scoped `roles/storage.objectUser` grant to its
+workload-identity principal; the Hugging Face token Secret; and a static GCS FUSE PersistentVolume
+bound by name to its claim. It does not fill the bucket (ModelStaging does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from .hardware import Arch
+
+PV_NAME = "training-bucket-pv"
+PVC_NAME = "training-bucket-pvc"
+HF_SECRET_NAME = "hf-secret"
+HF_SECRET_KEY = "hf_api_token"
+CAPACITY = "768Gi"  # nominal: GCS has no size, but PV and PVC must agree on one
+CHECKPOINT_PREFIX = "verl/checkpoints"
+
+# The tutorial's gcsfuse options: caches without expiry (the bucket is written only by this
+# cluster), an unlimited file cache with parallel downloads for the 66 GB model, streaming writes
+# for checkpoints.
+_MOUNT_OPTIONS = [
+    "implicit-dirs",
+    "metadata-cache:negative-ttl-secs:0",
+    "metadata-cache:ttl-secs:0",
+    "metadata-cache:stat-cache-max-size-mb:-1",
+    "metadata-cache:type-cache-max-size-mb:-1",
+    "file-cache:max-size-mb:-1",
+    "file-cache:cache-file-for-range-read:true",
+    "file-cache:enable-parallel-downloads:true",
+    "read_ahead_kb=1024",
+    "write:enable-streaming-writes:true",
+    "write:global-max-blocks:200000",
+]
+
+
+def mount_options(arch: Arch) -> list[str]:
+    """The tutorial's options, minus kernel read-ahead on arm64.
+
+    gcsfuse known issue: with a raised read_ahead_kb on 64 KiB-page kernels, which A4X (arm64)
+    nodes run, reads return premature EOF or wrong data up to gcsfuse v3.7.1
+    (GoogleCloudPlatform/gcsfuse docs/known-issues.md).
+    """
+    if arch is Arch.ARM64:
+        return [o for o in _MOUNT_OPTIONS if not o.startswith("read_ahead_kb=")]
+    return list(_MOUNT_OPTIONS)
+
+
+def workload_principal(project_number: str, project: str, namespace: str, ksa: str) -> str:
+    return (
+        f"principal://iam.googleapis.com/projects/{project_number}/locations/global/"
+        f"workloadIdentityPools/{project}.svc.id.goog/subject/ns/{namespace}/sa/{ksa}"
+    )
+
+
+@dataclass(frozen=True)
+class GcsFuseStorageArgs:
+    project: str
+    region: str
+    bucket_name: str
+    namespace: pulumi.Input[str]
+    service_account: str
+    hf_token: pulumi.Input[str] | None  # a secret Output; None when staging is skipped
+    arch: Arch
+    delete_bucket_on_destroy: bool = False
+
+
+class GcsFuseStorage(pulumi.ComponentResource):
+    bucket: gcp.storage.Bucket
+    bucket_name: pulumi.Output[str]
+    bucket_url: pulumi.Output[str]
+    checkpoint_uri: pulumi.Output[str]
+    pvc_name: pulumi.Output[str]
+    service_account: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        args: GcsFuseStorageArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        """`opts.providers` must carry the cluster's Kubernetes provider."""
+        super().__init__("verl-gke:index:GcsFuseStorage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.bucket = self._bucket(name, args, child)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-ksa",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=args.service_account, namespace=args.namespace),
+            opts=child,
+        )
+        project_number = gcp.organizations.get_project_output(project_id=args.project).number
+        gcp.storage.BucketIAMMember(
+            f"{name}-object-user",
+            gcp.storage.BucketIAMMemberArgs(
+                bucket=self.bucket.name,
+                role="roles/storage.objectUser",
+                member=pulumi.Output.all(project_number, account.metadata.namespace).apply(
+                    lambda v: workload_principal(v[0], args.project, v[1], args.service_account)
+                ),
+            ),
+            opts=child,
+        )
+        if args.hf_token is not None:
+            k8s.core.v1.Secret(
+                f"{name}-hf-secret",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_SECRET_NAME, namespace=args.namespace),
+                type="Opaque",
+                string_data={HF_SECRET_KEY: pulumi.Output.secret(args.hf_token)},
+                opts=child,
+            )
+        volume = self._persistent_volume(name, args, self.bucket.name, child)
+        claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-pvc",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=PVC_NAME, namespace=args.namespace),
+            spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+                access_modes=["ReadWriteMany"],
+                resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": CAPACITY}),
+                storage_class_name="gcsfuse-sc",
+                # Bind to exactly this PV (the tutorial leaves it to matching, ANCHORS defect 4).
+                volume_name=volume.metadata.name,
+            ),
+            opts=child,
+        )
+
+        self.bucket_name = self.bucket.name
+        self.bucket_url = self.bucket.url
+        self.checkpoint_uri = self.bucket.url.apply(lambda url: f"{url}/{CHECKPOINT_PREFIX}")
+        self.pvc_name = claim.metadata.name
+        self.service_account = account.metadata.name
+        self.register_outputs(
+            {
+                "bucketName": self.bucket_name,
+                "bucketUrl": self.bucket_url,
+                "checkpointUri": self.checkpoint_uri,
+                "pvcName": self.pvc_name,
+                "serviceAccount": self.service_account,
+            }
+        )
+
+    @staticmethod
+    def _bucket(
+        name: str, args: GcsFuseStorageArgs, opts: pulumi.ResourceOptions
+    ) -> gcp.storage.Bucket:
+        keep = not args.delete_bucket_on_destroy
+        return gcp.storage.Bucket(
+            f"{name}-bucket",
+            gcp.storage.BucketArgs(
+                name=args.bucket_name,
+                project=args.project,
+                location=args.region.upper(),
+                hierarchical_namespace=gcp.storage.BucketHierarchicalNamespaceArgs(enabled=True),
+                uniform_bucket_level_access=True,
+                public_access_prevention="enforced",
+                # Checkpoints are the product of days of GPU time: never emptied implicitly.
+                force_destroy=not keep,
+            ),
+            # `pulumi destroy` forgets the bucket instead of deleting it, unless asked.
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(retain_on_delete=keep)),
+        )
+
+    @staticmethod
+    def _persistent_volume(
+        name: str,
+        args: GcsFuseStorageArgs,
+        bucket_name: pulumi.Output[str],
+        opts: pulumi.ResourceOptions,
+    ) -> k8s.core.v1.PersistentVolume:
+        return k8s.core.v1.PersistentVolume(
+            f"{name}-pv",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=PV_NAME),
+            spec=k8s.core.v1.PersistentVolumeSpecArgs(
+                access_modes=["ReadWriteMany"],
+                capacity={"storage": CAPACITY},
+                # Retain, not the tutorial's Delete: deleting the claim must never be able to
+                # reach the bucket's data.
+                persistent_volume_reclaim_policy="Retain",
+                storage_class_name="gcsfuse-sc",
+                mount_options=mount_options(args.arch),
+                csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
+                    driver="gcsfuse.csi.storage.gke.io",
+                    volume_handle=bucket_name,
+                    volume_attributes={
+                        "skipCSIBucketAccessCheck": "true",
+                        "gcsfuseMetadataPrefetchOnMount": "true",
+                    },
+                ),
+            ),
+            opts=opts,
+        )

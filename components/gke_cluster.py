@@ -1,0 +1,262 @@
+"""GkeCluster: the GKE control plane (Standard or Autopilot), its system pool, and a provider.
+
+Standard: Dataplane V2, workload identity, VPC-native, multi-networking, the Ray operator and
+GCS FUSE CSI add-ons, and a separately managed CPU system pool (c2-standard-16, 1..5 nodes)
+for the Ray head and the staging job. Autopilot: multi-networking and the Ray operator.
+Both get DCGM + Managed Prometheus metrics, system and workload logging, and a maintenance
+exclusion that keeps GKE from upgrading nodes under a running training job.
+
+The component also builds the Kubernetes provider for everything in the cluster, from its own
+endpoint and CA, authenticating with gke-gcloud-auth-plugin, and exports the same kubeconfig as a
+secret. It does not create GPU nodes (GpuNodePool does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+SYSTEM_POOL = "system-pool"
+SYSTEM_MACHINE_TYPE = "c2-standard-16"
+
+# DRA driver 25.3.x (NvidiaDraDriver) still speaks resource.k8s.io/v1beta1, which GKE 1.34
+# serves only when asked (Cluster Toolkit gke-a4x enables exactly these).
+DRA_BETA_APIS = [
+    "resource.k8s.io/v1beta1/deviceclasses",
+    "resource.k8s.io/v1beta1/resourceclaims",
+    "resource.k8s.io/v1beta1/resourceclaimtemplates",
+    "resource.k8s.io/v1beta1/resourceslices",
+]
+
+
+@dataclass(frozen=True)
+class GkeClusterArgs:
+    project: str
+    region: str
+    cluster_name: str
+    autopilot: bool
+    min_version: str
+    deletion_protection: bool
+    exclusion_start: str  # RFC 3339, start of the no-upgrade window
+    # The GKE Ray add-on manages KubeRay cluster-wide. A4X installs a namespace-scoped KubeRay
+    # with Helm instead (NvidiaDraDriver's sibling release), so the add-on must stay off there.
+    ray_addon: bool = True
+    dra_beta_apis: bool = False
+
+
+class GkeCluster(pulumi.ComponentResource):
+    cluster: gcp.container.Cluster
+    provider: k8s.Provider
+    kubeconfig: pulumi.Output[str]
+    name: pulumi.Output[str]
+    location: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("verl-gke:index:GkeCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        cluster_args = _autopilot_args(args) if args.autopilot else _standard_args(args)
+        self.cluster = gcp.container.Cluster(f"{name}-cluster", cluster_args, opts=child)
+        if not args.autopilot:
+            self.system_pool = _system_pool(name, args, self.cluster, child)
+
+        self.name = self.cluster.name
+        self.location = self.cluster.location
+        self.endpoint = self.cluster.endpoint
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(
+                self.cluster.name,
+                self.cluster.endpoint,
+                self.cluster.master_auth.cluster_ca_certificate,
+            ).apply(lambda v: kubeconfig(*v))
+        )
+        # Everything in the cluster waits for the system pool: a provider that depends on it
+        # keeps Kubernetes objects from being applied to a cluster with no node to run them.
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            k8s.ProviderArgs(kubeconfig=self.kubeconfig, enable_server_side_apply=True),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[] if args.autopilot else [self.system_pool],
+            ),
+        )
+        self.register_outputs(
+            {
+                "name": self.name,
+                "location": self.location,
+                "endpoint": self.endpoint,
+                "kubeconfig": self.kubeconfig,
+            }
+        )
+
+
+def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
+    """A kubeconfig that authenticates with gke-gcloud-auth-plugin, as `get-credentials` does.
+
+    It holds no token (the plugin fetches one per call), but it names the endpoint and CA, so
+    the program treats it as a secret anyway.
+    """
+    context = f"gke_{cluster_name}"
+    return "\n".join(
+        [
+            "apiVersion: v1",
+            "kind: Config",
+            "clusters:",
+            f"- name: {context}",
+            "  cluster:",
+            f"    certificate-authority-data: {ca_certificate}",
+            f"    server: https://{endpoint}",
+            "contexts:",
+            f"- name: {context}",
+            "  context:",
+            f"    cluster: {context}",
+            f"    user: {context}",
+            f"current-context: {context}",
+            "users:",
+            f"- name: {context}",
+            "  user:",
+            "    exec:",
+            "      apiVersion: client.authentication.k8s.io/v1beta1",
+            "      command: gke-gcloud-auth-plugin",
+            "      installHint: Install gke-gcloud-auth-plugin "
+            "(gcloud components install gke-gcloud-auth-plugin)",
+            "      provideClusterInfo: true",
+            "",
+        ]
+    )
+
+
+def _common(args: GkeClusterArgs) -> dict:
+    """Settings both modes share."""
+    return dict(
+        name=args.cluster_name,
+        project=args.project,
+        location=args.region,
+        deletion_protection=args.deletion_protection,
+        enable_multi_networking=True,
+        datapath_provider="ADVANCED_DATAPATH",  # Dataplane V2: needed by multi-networking
+        release_channel=gcp.container.ClusterReleaseChannelArgs(channel="REGULAR"),
+        min_master_version=args.min_version,
+        addons_config=_addons(args),
+        monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
+            # DCGM: per-GPU utilisation, memory and NVLink metrics in Managed Prometheus.
+            enable_components=["SYSTEM_COMPONENTS", "DCGM"],
+            managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(
+                enabled=True
+            ),
+        ),
+        logging_config=gcp.container.ClusterLoggingConfigArgs(
+            enable_components=["SYSTEM_COMPONENTS", "WORKLOADS"]
+        ),
+        maintenance_policy=_maintenance_policy(args),
+    )
+
+
+def _standard_args(args: GkeClusterArgs) -> gcp.container.ClusterArgs:
+    return gcp.container.ClusterArgs(
+        **_common(args),
+        networking_mode="VPC_NATIVE",
+        ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
+        workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+            workload_pool=f"{args.project}.svc.id.goog"
+        ),
+        # The default pool cannot be managed separately; replace it with SYSTEM_POOL.
+        remove_default_node_pool=True,
+        initial_node_count=1,
+        enable_k8s_beta_apis=(
+            gcp.container.ClusterEnableK8sBetaApisArgs(enabled_apis=DRA_BETA_APIS)
+            if args.dra_beta_apis
+            else None
+        ),
+    )
+
+
+def _autopilot_args(args: GkeClusterArgs) -> gcp.container.ClusterArgs:
+    # Autopilot always runs VPC-native with workload identity; asking again is an error.
+    return gcp.container.ClusterArgs(**_common(args), enable_autopilot=True)
+
+
+def _addons(args: GkeClusterArgs) -> gcp.container.ClusterAddonsConfigArgs:
+    ray = [
+        gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
+            enabled=True,
+            ray_cluster_logging_config=(
+                gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(
+                    enabled=True
+                )
+            ),
+            ray_cluster_monitoring_config=(
+                gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(
+                    enabled=True
+                )
+            ),
+        )
+    ]
+    return gcp.container.ClusterAddonsConfigArgs(
+        ray_operator_configs=ray if args.ray_addon else None,
+        gcs_fuse_csi_driver_config=(
+            None
+            if args.autopilot  # always on in Autopilot
+            else gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True)
+        ),
+    )
+
+
+def _maintenance_policy(args: GkeClusterArgs) -> gcp.container.ClusterMaintenancePolicyArgs:
+    return gcp.container.ClusterMaintenancePolicyArgs(
+        # Patch upgrades of the control plane are allowed, at night (UTC).
+        daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
+            start_time="03:00"
+        ),
+        # Cluster Toolkit's choice: no minor or node upgrades until the version's end of support,
+        # so GPU nodes are never drained in the middle of a multi-day run.
+        maintenance_exclusions=[
+            gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+                exclusion_name="no-node-upgrades-during-training",
+                start_time=args.exclusion_start,
+                exclusion_options=(
+                    gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                        scope="NO_MINOR_OR_NODE_UPGRADES",
+                        end_time_behavior="UNTIL_END_OF_SUPPORT",
+                    )
+                ),
+            )
+        ],
+    )
+
+
+def _system_pool(
+    name: str, args: GkeClusterArgs, cluster: gcp.container.Cluster, opts: pulumi.ResourceOptions
+) -> gcp.container.NodePool:
+    return gcp.container.NodePool(
+        f"{name}-system-pool",
+        gcp.container.NodePoolArgs(
+            name=SYSTEM_POOL,
+            project=args.project,
+            location=args.region,
+            cluster=cluster.name,
+            initial_node_count=1,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=1, max_node_count=5),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(
+                strategy="SURGE", max_surge=1, max_unavailable=0
+            ),
+            node_config=gcp.container.NodePoolNodeConfigArgs(
+                machine_type=SYSTEM_MACHINE_TYPE,
+                gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+                workload_metadata_config=(
+                    gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
+                ),
+                labels={"verl-gke/role": "system"},
+            ),
+        ),
+        # The autoscaler owns the node count after creation.
+        opts=pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(ignore_changes=["initialNodeCount"])
+        ),
+    )

@@ -1,0 +1,180 @@
+"""GpuNodePool: the GPU nodes of a Standard cluster, as the tutorial and Cluster Toolkit set them.
+
+The tutorial's pool (machine type, accelerators with the default driver, reservation affinity,
+additional node networks) plus what Cluster Toolkit's gke-node-pool module adds for these
+machines: COMPACT placement, gVNIC, image streaming, local-SSD ephemeral storage, the GPU taint,
+workload identity metadata, and for A4X the `auto` accelerator network profile (DRANET) with a
+HIGH_THROUGHPUT 1x72 workload policy. Autopilot clusters have no node pools: this component is
+not used there.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_gcp as gcp
+
+from .hardware import HardwareProfile, NodeNetworking
+
+POOL_NAME = "gpu-pool"
+GPU_TAINT = gcp.container.NodePoolNodeConfigTaintArgs(
+    key="nvidia.com/gpu", value="present", effect="NO_SCHEDULE"
+)
+# A4X: one NVL72 rack (18 trays of 4 GPUs), the topology the IMEX domain spans.
+A4X_TOPOLOGY = "1x72"
+
+
+class Capacity(str, enum.Enum):
+    RESERVATION = "reservation"
+    SPOT = "spot"
+    FLEX_START = "flex-start"
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    project: str
+    region: str
+    zone: str
+    cluster: pulumi.Input[str]
+    hardware: HardwareProfile
+    nodes: int
+    capacity: Capacity
+    reservation: str | None  # `<name>` or `<name>/reservationBlocks/<block>`
+    # (network, subnetwork) pairs from RdmaNetworks, in NIC order; empty on A4X.
+    node_networks: list[tuple[pulumi.Input[str], pulumi.Input[str]]] = field(default_factory=list)
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    pool: gcp.container.NodePool
+
+    def __init__(
+        self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("verl-gke:index:GpuNodePool", name, None, opts)
+        hw = args.hardware
+        child = pulumi.ResourceOptions(parent=self)
+        policy_name = None
+        if hw.networking is NodeNetworking.DRANET:
+            policy_name = _workload_policy(name, args, child).name
+
+        self.pool = gcp.container.NodePool(
+            f"{name}-pool",
+            gcp.container.NodePoolArgs(
+                name=POOL_NAME,
+                project=args.project,
+                location=args.region,
+                cluster=args.cluster,
+                node_locations=[args.zone],
+                initial_node_count=0 if args.capacity is Capacity.FLEX_START else args.nodes,
+                autoscaling=_autoscaling(args),
+                management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+                placement_policy=gcp.container.NodePoolPlacementPolicyArgs(
+                    type="COMPACT", policy_name=policy_name
+                ),
+                network_config=_network_config(args),
+                node_config=_node_config(args),
+            ),
+            opts=pulumi.ResourceOptions.merge(
+                child,
+                # The autoscaler and GKE repairs change the node count; a later `pulumi up`
+                # must not try to put it back (that would replace the pool).
+                pulumi.ResourceOptions(ignore_changes=["initialNodeCount"]),
+            ),
+        )
+        self.name = self.pool.name
+        self.register_outputs({"name": self.name})
+
+
+def _workload_policy(
+    name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions
+) -> gcp.compute.ResourcePolicy:
+    return gcp.compute.ResourcePolicy(
+        f"{name}-placement",
+        gcp.compute.ResourcePolicyArgs(
+            name=f"{name}-{A4X_TOPOLOGY}-placement",
+            project=args.project,
+            region=args.region,
+            workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
+                type="HIGH_THROUGHPUT", accelerator_topology=A4X_TOPOLOGY
+            ),
+        ),
+        opts=opts,
+    )
+
+
+def _autoscaling(args: GpuNodePoolArgs) -> gcp.container.NodePoolAutoscalingArgs:
+    # Flex-start capacity arrives through the autoscaler only, so it must be free to start at 0.
+    minimum = 0 if args.capacity is Capacity.FLEX_START else args.nodes
+    return gcp.container.NodePoolAutoscalingArgs(
+        total_min_node_count=minimum,
+        total_max_node_count=args.hardware.max_nodes,
+        location_policy="ANY",
+    )
+
+
+def _network_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNetworkConfigArgs:
+    if args.hardware.networking is NodeNetworking.DRANET:
+        # DRANET: GKE creates the RDMA networks and exposes each NIC as a DRA device; additional
+        # node networks must not be given with this profile.
+        return gcp.container.NodePoolNetworkConfigArgs(accelerator_network_profile="auto")
+    return gcp.container.NodePoolNetworkConfigArgs(
+        additional_node_network_configs=[
+            gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
+                network=network, subnetwork=subnet
+            )
+            for network, subnet in args.node_networks
+        ]
+    )
+
+
+def _node_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNodeConfigArgs:
+    hw = args.hardware
+    return gcp.container.NodePoolNodeConfigArgs(
+        machine_type=hw.machine_type,
+        disk_type=hw.boot_disk_type,
+        guest_accelerators=[
+            gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                type=hw.gpu_type,
+                count=hw.gpus_per_node,
+                gpu_driver_installation_config=(
+                    gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                        gpu_driver_version="DEFAULT"
+                    )
+                ),
+            )
+        ],
+        reservation_affinity=_reservation_affinity(args),
+        spot=True if args.capacity is Capacity.SPOT else None,
+        flex_start=True if args.capacity is Capacity.FLEX_START else None,
+        gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+        # Image streaming: the ~25 GB verl image starts in seconds instead of minutes.
+        gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
+        ephemeral_storage_local_ssd_config=(
+            gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
+                local_ssd_count=hw.local_ssd_count
+            )
+            if hw.local_ssd_count
+            else None
+        ),
+        taints=[GPU_TAINT],
+        workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+            mode="GKE_METADATA"
+        ),
+        labels={"verl-gke/role": "gpu"},
+    )
+
+
+def _reservation_affinity(
+    args: GpuNodePoolArgs,
+) -> gcp.container.NodePoolNodeConfigReservationAffinityArgs:
+    if args.capacity is not Capacity.RESERVATION:
+        return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+            consume_reservation_type="NO_RESERVATION"
+        )
+    return gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+        consume_reservation_type="SPECIFIC_RESERVATION",
+        key="compute.googleapis.com/reservation-name",
+        values=[args.reservation],
+    )

@@ -1,0 +1,141 @@
+"""The hardware targets: one row per GPU machine family, the only place their facts live.
+
+Stack files never repeat these facts; they name a target (`verl-gke:target`) and the program
+derives node pools, RayCluster shapes, NCCL settings and trainer defaults from the row.
+Sources: the tutorial (../shared/reference/TUTORIAL.md, "Hardware targets", "VerlRayCluster",
+"GrpoJob") and Cluster Toolkit's gke-a4 / gke-a3-ultragpu / gke-a4x blueprints.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Target(str, enum.Enum):
+    A4 = "a4"
+    A3_ULTRA = "a3u"
+    A4X = "a4x"
+
+
+class Arch(str, enum.Enum):
+    AMD64 = "amd64"
+    ARM64 = "arm64"
+
+
+class NodeNetworking(str, enum.Enum):
+    """How the GPU nodes get their RDMA NICs."""
+
+    # A4 / A3 Ultra: a gVNIC VPC plus an RDMA VPC with one subnet per NIC, attached to the pool
+    # as additional node networks and mapped into pods by GKENetworkParamSet / Network objects.
+    RDMA_VPC = "rdma-vpc"
+    # A4X: accelerator network profile `auto`; GKE creates the networks and DRANET exposes each
+    # NIC as a DRA device of class mrdma.google.com, claimed by pods.
+    DRANET = "dranet"
+
+
+@dataclass(frozen=True)
+class PodShape:
+    """Kubernetes resources of one Ray pod (strings, as the API takes them)."""
+
+    cpu: str
+    memory: str
+    ephemeral_storage: str
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    target: Target
+    gpu_type: str  # the `cloud.google.com/gke-accelerator` value
+    machine_type: str
+    gpus_per_node: int
+    rdma_nics: int
+    arch: Arch
+    networking: NodeNetworking
+    default_nodes: int
+    max_nodes: int
+    autopilot_supported: bool
+    # Local NVMe SSDs used as ephemeral storage (Cluster Toolkit: 32 on a3-ultragpu-8g and
+    # a4-highgpu-8g). 0 means the machine type has none to attach.
+    local_ssd_count: int
+    boot_disk_type: str
+    # NCCL tuner shipped by the gIB installer; A3 Ultra needs its own (ANCHORS defect 2).
+    nccl_tuner_config: str | None
+    ray_version: str
+    worker: PodShape
+    worker_ray_cpus: int  # rayStartParams num-cpus: leaves room for system daemons
+    shm_size: str  # /dev/shm (Memory emptyDir) of a worker
+    head: PodShape
+
+
+_A4_A3U_WORKER = PodShape(cpu="220", memory="2800Gi", ephemeral_storage="1000Gi")
+_A4_A3U_HEAD = PodShape(cpu="12", memory="32G", ephemeral_storage="9Gi")
+
+PROFILES: dict[Target, HardwareProfile] = {
+    Target.A4: HardwareProfile(
+        target=Target.A4,
+        gpu_type="nvidia-b200",
+        machine_type="a4-highgpu-8g",
+        gpus_per_node=8,
+        rdma_nics=8,
+        arch=Arch.AMD64,
+        networking=NodeNetworking.RDMA_VPC,
+        default_nodes=2,
+        max_nodes=10,
+        autopilot_supported=True,
+        local_ssd_count=32,
+        boot_disk_type="hyperdisk-balanced",
+        nccl_tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb",
+        ray_version="2.47.0",
+        worker=_A4_A3U_WORKER,
+        worker_ray_cpus=220,
+        shm_size="250Gi",
+        head=_A4_A3U_HEAD,
+    ),
+    Target.A3_ULTRA: HardwareProfile(
+        target=Target.A3_ULTRA,
+        gpu_type="nvidia-h200-141gb",
+        machine_type="a3-ultragpu-8g",
+        gpus_per_node=8,
+        rdma_nics=8,
+        arch=Arch.AMD64,
+        networking=NodeNetworking.RDMA_VPC,
+        default_nodes=2,
+        max_nodes=10,
+        autopilot_supported=True,
+        local_ssd_count=32,
+        boot_disk_type="hyperdisk-balanced",
+        nccl_tuner_config="/usr/local/gib/configs/tuner_config_a3u.txtpb",
+        ray_version="2.47.0",
+        worker=_A4_A3U_WORKER,
+        worker_ray_cpus=220,
+        shm_size="250Gi",
+        head=_A4_A3U_HEAD,
+    ),
+    Target.A4X: HardwareProfile(
+        target=Target.A4X,
+        gpu_type="nvidia-gb200",
+        machine_type="a4x-highgpu-4g",
+        gpus_per_node=4,
+        rdma_nics=4,
+        arch=Arch.ARM64,
+        networking=NodeNetworking.DRANET,
+        default_nodes=4,
+        # One NVL72 domain: 18 trays of 4 GB200 (topology 1x72).
+        max_nodes=18,
+        autopilot_supported=False,
+        local_ssd_count=0,
+        boot_disk_type="hyperdisk-balanced",
+        # A4X's gIB plugin picks its tuning through NCCL_ENV_PLUGIN=gcp instead of a tuner file.
+        nccl_tuner_config=None,
+        ray_version="2.49.0",
+        worker=PodShape(cpu="120", memory="600Gi", ephemeral_storage="500Gi"),
+        worker_ray_cpus=120,
+        shm_size="200Gi",
+        head=PodShape(cpu="12", memory="32Gi", ephemeral_storage="20Gi"),
+    ),
+}
+
+
+def profile(target: Target | str) -> HardwareProfile:
+    return PROFILES[Target(target)]

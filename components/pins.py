@@ -1,0 +1,54 @@
+"""Every external artifact the program deploys, pinned in one place.
+
+Each pin says what it is and why that version. Bumping one is a deliberate change reviewed in
+one diff; nothing else in the program names a version, a tag or a commit.
+"""
+
+from __future__ import annotations
+
+from .hardware import Arch
+
+# verl container images, per CPU architecture. The tutorial uses the floating tag
+# `vllm011.latest` on amd64 (ANCHORS defect 4). `vllm011.dev7` is the last vllm 0.11 build
+# verl's own CI pinned (volcengine/verl acc12076b, "update workflow images vllm011->012") before
+# moving to vllm 0.12, so it is the newest tested image of the line the tutorial targets.
+# `vllm023.aarch64.dev1` is the tutorial's own A4X image (GB200 is arm64 only: verl #3468).
+# Tags, not digests: the registry is not reachable from where this is written; replace them with
+# `@sha256:` digests once pulled (`crane digest verlai/verl:<tag>`), the program accepts both.
+VERL_IMAGES: dict[Arch, str] = {
+    Arch.AMD64: "verlai/verl:vllm011.dev7",
+    Arch.ARM64: "verlai/verl:vllm023.aarch64.dev1",
+}
+
+# verl source staged into the bucket (PYTHONPATH=/data/verl). The tutorial's VERL_REF.
+VERL_REPO = "https://github.com/volcengine/verl.git"
+VERL_REF = "ddbcdb7"
+
+# GoogleCloudPlatform/container-engine-accelerators at the newest commit that touched the three
+# gpudirect-rdma installers (2026-05-06, "Removed --install-nccl from default and a4x
+# installers"), instead of the tutorial's `refs/heads/master`, which changes under a running
+# cluster. The a4x installer at this commit ships nccl-plugin-gib-arm64:v1.1.0, the version
+# Cluster Toolkit pins.
+NCCL_INSTALLER_COMMIT = "2da1c92ff7bd772a2c833710bb6c21dcfe6dfaae"
+_INSTALLER_BASE = (
+    "https://raw.githubusercontent.com/GoogleCloudPlatform/container-engine-accelerators/"
+    f"{NCCL_INSTALLER_COMMIT}/gpudirect-rdma"
+)
+NCCL_INSTALLER_STANDARD = f"{_INSTALLER_BASE}/nccl-rdma-installer.yaml"
+NCCL_INSTALLER_AUTOPILOT = f"{_INSTALLER_BASE}/nccl-rdma-installer-autopilot.yaml"
+NCCL_INSTALLER_A4X = f"{_INSTALLER_BASE}/nccl-rdma-installer-a4x.yaml"
+
+# NVIDIA DRA driver (ComputeDomain / IMEX channels on A4X). 25.3.1 is the tutorial's version and
+# inside the 25.3.x line Cluster Toolkit's gke-a4x blueprint pins.
+NVIDIA_DRA_DRIVER_CHART = "nvidia-dra-driver-gpu"
+NVIDIA_DRA_DRIVER_REPO = "https://helm.ngc.nvidia.com/nvidia"
+NVIDIA_DRA_DRIVER_VERSION = "25.3.1"
+
+# KubeRay operator for A4X, where the GKE Ray add-on is not used (the tutorial installs the
+# namespace-scoped Helm chart with no version, i.e. whatever is newest on the day).
+KUBERAY_OPERATOR_CHART = "kuberay-operator"
+KUBERAY_OPERATOR_REPO = "https://ray-project.github.io/kuberay-helm/"
+KUBERAY_OPERATOR_VERSION = "1.4.2"
+
+# TransferQueue, installed in the A4X Ray pods by the tutorial's postStart hook.
+TRANSFER_QUEUE_VERSION = "0.1.8"

@@ -1,0 +1,102 @@
+"""Validate rendered Kubernetes objects against the schemas the API server would apply.
+
+Core kinds go through kubernetes-validate in strict mode (unknown fields are errors). Custom
+resources go through the real upstream CRD schemas in ../shared/schemas/crds/, once more with
+`additionalProperties: false` added to every object schema that lists properties, because the API
+server prunes unknown fields silently and a typo would otherwise vanish without a trace.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+# The GKE version the program asks for on every target (components/config.py). Objects are
+# validated against that minor's published schemas.
+KUBERNETES_VERSION = "1.34.0"
+
+CRD_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "schemas" / "crds"
+
+_CRD_FILES = {
+    ("ray.io", "RayCluster"): "ray.io_rayclusters.yaml",
+    ("resource.nvidia.com", "ComputeDomain"): "resource.nvidia.com_computedomains.yaml",
+    ("networking.gke.io", "GKENetworkParamSet"): "networking.gke.io_gkenetworkparamsets.yaml",
+    ("networking.gke.io", "Network"): "networking.gke.io_networks.yaml",
+}
+
+
+def is_custom(obj: dict[str, Any]) -> bool:
+    group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
+    return (group, obj["kind"]) in _CRD_FILES
+
+
+def require_crds() -> None:
+    """Skip (with the reason printed) when the shared CRD folder is not beside the clone."""
+    if not CRD_DIR.is_dir():
+        pytest.skip(f"CRD schemas not found at {CRD_DIR}: custom resources not validated")
+
+
+@functools.lru_cache(maxsize=None)
+def crd_schema(group: str, kind: str, version: str, closed: bool) -> dict[str, Any]:
+    crd = yaml.safe_load((CRD_DIR / _CRD_FILES[(group, kind)]).read_text())
+    served = {v["name"]: v for v in crd["spec"]["versions"]}
+    if version not in served:
+        raise AssertionError(f"{kind} has no version {version}; CRD serves {sorted(served)}")
+    schema = copy.deepcopy(served[version]["schema"]["openAPIV3Schema"])
+    return close_schema(schema) if closed else schema
+
+
+def close_schema(schema: Any) -> Any:
+    """Forbid unknown fields in every object schema that declares its properties."""
+    if isinstance(schema, dict):
+        if (
+            "properties" in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+            and "additionalProperties" not in schema
+        ):
+            schema["additionalProperties"] = False
+        for value in schema.values():
+            close_schema(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            close_schema(value)
+    return schema
+
+
+def _without_server_fields(obj: dict[str, Any]) -> dict[str, Any]:
+    # metadata is validated by the API server's ObjectMeta rules, not by the CRD schema, which
+    # declares it as a bare object; check everything else strictly.
+    return {k: v for k, v in obj.items() if k != "metadata"}
+
+
+def validate_custom(obj: dict[str, Any]) -> None:
+    require_crds()
+    group, version = obj["apiVersion"].split("/")
+    for closed in (False, True):
+        schema = crd_schema(group, obj["kind"], version, closed)
+        jsonschema.Draft7Validator(schema).validate(_without_server_fields(obj))
+    name = obj.get("metadata", {}).get("name", "")
+    assert name, f"{obj['kind']} has no metadata.name"
+
+
+def validate_core(obj: dict[str, Any]) -> None:
+    kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def validate(obj: dict[str, Any]) -> None:
+    """Validate one object; raises with the object's kind and name in the message."""
+    try:
+        if is_custom(obj):
+            validate_custom(obj)
+        else:
+            validate_core(obj)
+    except (jsonschema.ValidationError, kubernetes_validate.ValidationError) as error:
+        name = obj.get("metadata", {}).get("name")
+        raise AssertionError(f"{obj['kind']}/{name} is invalid: {error}") from error

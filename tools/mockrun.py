@@ -1,0 +1,249 @@
+"""Run Pulumi code under the SDK's mock runtime and record everything it registers.
+
+This is what makes the program useful without a cloud: the offline plan (`tools/plan.py`) and
+every component test run the real code through here. The recording keeps, for each resource,
+its type, logical name, parent URN and inputs exactly as the engine would receive them; secret
+values stay wrapped so that callers can prove they never leak.
+
+Pitfalls this module exists to avoid (see DEVELOPERS.md):
+- `Mocks.new_resource` is not told the parent, so the monitor records it from the request.
+- Runs default to `preview=False`: under preview an `apply` on an unknown output never runs,
+  and assertions placed inside it silently vanish.
+- Inputs arrive camelCase and numbers arrive as floats; `plain()` turns integral floats back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pulumi
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc
+from pulumi.runtime import settings as pulumi_settings
+
+SECRET = "[secret]"
+
+# Fake identities for cloud-computed attributes. They are obviously fake on purpose.
+FAKE_PROJECT_NUMBER = "000000000000"
+FAKE_CA = "RkFLRS1DQQ=="  # base64("FAKE-CA")
+
+
+@dataclass
+class Registered:
+    """One resource as the engine would have received it."""
+
+    urn: str
+    type: str
+    name: str
+    parent: str | None
+    custom: bool
+    inputs: dict[str, Any]
+
+    @property
+    def plain_inputs(self) -> dict[str, Any]:
+        """Inputs with secrets replaced by "[secret]" and integral floats made ints."""
+        return redact(self.inputs)
+
+
+@dataclass
+class Recording:
+    resources: list[Registered] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    secret_outputs: set[str] = field(default_factory=set)
+
+    def of_type(self, type_: str) -> list[Registered]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str, name: str | None = None) -> Registered:
+        found = [r for r in self.of_type(type_) if name is None or r.name == name]
+        if len(found) != 1:
+            names = sorted(r.name for r in self.of_type(type_))
+            hint = difflib.get_close_matches(name or "", names, n=3)
+            raise AssertionError(
+                f"expected one {type_} named {name!r}, found {len(found)}; "
+                f"names of that type: {names}; closest: {hint}"
+            )
+        return found[0]
+
+    def by_urn(self, urn: str) -> Registered:
+        return next(r for r in self.resources if r.urn == urn)
+
+    def children_of(self, urn: str) -> list[Registered]:
+        return [r for r in self.resources if r.parent == urn]
+
+    def kubernetes_objects(self) -> list[dict[str, Any]]:
+        """Every Kubernetes object the program creates, in registration order, redacted."""
+        return [k8s_object(r) for r in self.resources if is_kubernetes_object(r.type)]
+
+    def plain_outputs(self) -> dict[str, Any]:
+        return {
+            k: (SECRET if k in self.secret_outputs else redact(v))
+            for k, v in self.outputs.items()
+        }
+
+
+def is_kubernetes_object(type_: str) -> bool:
+    """True for concrete Kubernetes objects (not providers, Helm releases or YAML bundles)."""
+    if not type_.startswith("kubernetes:"):
+        return False
+    module = type_.split(":")[1]
+    return not (
+        type_.startswith("pulumi:providers")
+        or module.startswith("helm.sh")
+        or module.startswith("yaml")
+        or module.startswith("kustomize")
+    )
+
+
+_K8S_TOP_LEVEL = (
+    "apiVersion", "kind", "metadata", "spec", "data", "stringData", "type", "immutable",
+)
+
+
+def k8s_object(resource: Registered) -> dict[str, Any]:
+    plain = resource.plain_inputs
+    return {key: plain[key] for key in _K8S_TOP_LEVEL if key in plain}
+
+
+def redact(value: Any) -> Any:
+    """Deep copy with secrets replaced by "[secret]" and integral floats turned into ints."""
+    if rpc.is_rpc_secret(value):
+        return SECRET
+    if isinstance(value, dict):
+        return {k: redact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def unwrap(value: Any) -> Any:
+    """Deep copy with secrets unwrapped (their real values), for assertions on content."""
+    if rpc.is_rpc_secret(value):
+        return unwrap(rpc.unwrap_rpc_secret(value))
+    if isinstance(value, dict):
+        return {k: unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class FakeCloud(pulumi_mocks.Mocks):
+    """Answers resource registrations and invokes the way the providers would, with fakes.
+
+    Only the attributes the program reads back are invented; everything else is echoed, so a
+    resource's state is its inputs plus obviously fake computed values.
+    """
+
+    def __init__(self, project: str) -> None:
+        self.project = project
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs):
+        state = copy.deepcopy(args.inputs)
+        state.update(self._computed(args.typ, args.name, state))
+        return f"{args.name}-id", state
+
+    def _computed(self, type_: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
+        if type_ == "gcp:container/cluster:Cluster":
+            cluster_name = state.get("name", name)
+            return {
+                "endpoint": "203.0.113.10",  # TEST-NET-3: documentation-only address
+                "masterAuth": {"clusterCaCertificate": FAKE_CA},
+                "selfLink": f"https://container.googleapis.com/v1/projects/{self.project}/"
+                f"locations/{state.get('location', 'unknown')}/clusters/{cluster_name}",
+            }
+        if type_ == "gcp:storage/bucket:Bucket":
+            bucket = state.get("name", name)
+            return {"url": f"gs://{bucket}", "selfLink": f"storage/{bucket}"}
+        if type_.startswith("gcp:compute/"):
+            resource_name = state.get("name", name)
+            kind = type_.split(":")[-1].lower()
+            return {
+                "selfLink": f"https://www.googleapis.com/compute/v1/projects/{self.project}/"
+                f"{kind}s/{resource_name}",
+            }
+        return {}
+
+    def call(self, args: pulumi_mocks.MockCallArgs):
+        if args.token == "gcp:organizations/getProject:getProject":
+            project_id = args.args.get("projectId") or self.project
+            return {"projectId": project_id, "number": FAKE_PROJECT_NUMBER, "name": project_id}
+        if args.token == "gcp:organizations/getClientConfig:getClientConfig":
+            return {"project": self.project, "accessToken": "fake-token"}
+        return {}
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """MockMonitor that keeps parent, type, name and raw inputs of every registration."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks, recording: Recording) -> None:
+        super().__init__(mocks)
+        self.recording = recording
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.recording.resources.append(
+                Registered(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent or None,
+                    custom=bool(request.custom),
+                    inputs=rpc.deserialize_properties(request.object, keep_unknowns=True),
+                )
+            )
+        return response
+
+
+def run(
+    program: Callable[[], Any],
+    *,
+    project: str = "verl-gke",
+    stack: str = "test",
+    config: dict[str, Any] | None = None,
+    secret_keys: list[str] | None = None,
+    preview: bool = False,
+) -> Recording:
+    """Run `program` under mocks with the given config; return what it registered and exported.
+
+    `config` keys are fully qualified (`verl-gke:target`, `gcp:project`); values are strings as
+    the Pulumi CLI passes them (objects as JSON). Each call starts from a fresh root stack.
+    """
+    recording = Recording()
+    project_id = str((config or {}).get("gcp:project", "example-project"))
+    mocks = FakeCloud(project_id)
+    pulumi_settings.ROOT.set(None)
+    pulumi.runtime.set_all_config(dict(config or {}), secret_keys or [])
+    pulumi.runtime.set_mocks(
+        mocks,
+        project=project,
+        stack=stack,
+        preview=preview,
+        monitor=RecordingMonitor(mocks, recording),
+    )
+
+    def body():
+        program()
+        root = pulumi_settings.get_root_resource()
+        exported = dict(getattr(root, "outputs", {}) or {})
+        return pulumi.Output.from_input(asyncio.ensure_future(_collect(recording, exported)))
+
+    pulumi.runtime.test(body)()
+    return recording
+
+
+async def _collect(recording: Recording, exported: dict[str, Any]) -> None:
+    """Resolve every stack output, remembering which ones are secret."""
+    for name, value in exported.items():
+        output = pulumi.Output.from_input(value)
+        recording.outputs[name] = await output.future(with_unknowns=True)
+        if await output.is_secret():
+            recording.secret_outputs.add(name)

@@ -1,0 +1,203 @@
+"""The offline plan: run the real program under Pulumi's mock runtime and write what it creates.
+
+    python -m tools.plan --stack a4 [--mode autopilot] [--out build]
+
+Reads Pulumi.yaml and Pulumi.<stack>.yaml as the Pulumi CLI would (project defaults, then the
+stack's values), fills site facts the stack file leaves unset with clearly fake example values,
+runs __main__.py, and writes:
+  build/<stack>/plan.json       {"stack", "project", "exampleValues", "resources", "outputs"}
+  build/<stack>/manifests.yaml  every Kubernetes object, in creation order
+Secret values appear only as "[secret]". A config error prints the problems and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import runpy
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tools import mockrun
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "verl-gke"
+
+# Example site facts for keys a stack file leaves unset (plan mode only). Obviously fake.
+EXAMPLE_VALUES: dict[str, str] = {
+    "gcp:project": "example-project",
+    f"{NAMESPACE}:region": "us-central1",
+    f"{NAMESPACE}:zone": "us-central1-b",
+    f"{NAMESPACE}:reservation": "example-reservation",
+    # Fixed so that two renders of the same stack are identical.
+    f"{NAMESPACE}:maintenanceExclusionStart": "2026-12-01T00:00:00Z",
+}
+EXAMPLE_SECRETS: dict[str, str] = {
+    f"{NAMESPACE}:hfToken": "hf_EXAMPLE_NOT_A_REAL_TOKEN",
+}
+DYNAMIC_PROVIDER_KEY = "__provider"
+
+
+@dataclass
+class StackInputs:
+    config: dict[str, str]
+    secret_keys: list[str]
+    example_keys: list[str] = field(default_factory=list)
+
+
+def project_name() -> str:
+    return yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["name"]
+
+
+def _as_cli_string(value: Any) -> str:
+    """The Pulumi CLI hands config to the program as strings; objects as JSON."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
+
+
+def stack_inputs(stack: str, mode: str | None = None) -> StackInputs:
+    """The config the CLI would pass for `stack`, plus example values where site facts are unset."""
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    stack_file = ROOT / f"Pulumi.{stack}.yaml"
+    if not stack_file.exists():
+        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
+        raise SystemExit(f"no stack file {stack_file.name}; stacks: {', '.join(known)}")
+    config: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, spec in (project.get("config") or {}).items():
+        if isinstance(spec, dict) and "default" in spec:
+            config[_qualified(key, project["name"])] = _as_cli_string(spec["default"])
+    for key, value in ((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}).items():
+        if isinstance(value, dict) and "secure" in value:
+            # Ciphertext cannot be read offline; stand in an example value, still secret.
+            config[key] = EXAMPLE_SECRETS.get(key, "EXAMPLE-SECRET")
+            secret_keys.append(key)
+        else:
+            config[key] = _as_cli_string(value)
+    if mode:
+        config[f"{NAMESPACE}:clusterMode"] = mode
+    inputs = StackInputs(config=config, secret_keys=secret_keys)
+    for key, value in {**EXAMPLE_VALUES, **EXAMPLE_SECRETS}.items():
+        if key not in config:
+            config[key] = value
+            inputs.example_keys.append(key)
+            if key in EXAMPLE_SECRETS:
+                secret_keys.append(key)
+    return inputs
+
+
+def _qualified(key: str, project: str) -> str:
+    return key if ":" in key else f"{project}:{key}"
+
+
+def run_program(stack: str, mode: str | None = None) -> tuple[StackInputs, mockrun.Recording]:
+    """Run __main__.py under mocks with the stack's config. Raises ConfigError on bad config."""
+    inputs = stack_inputs(stack, mode)
+    recording = mockrun.run(
+        lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_main__"),
+        project=project_name(),
+        stack=stack,
+        config=inputs.config,
+        secret_keys=inputs.secret_keys,
+    )
+    return inputs, recording
+
+
+def plan_document(stack: str, inputs: StackInputs, recording: mockrun.Recording) -> dict[str, Any]:
+    return {
+        "stack": stack,
+        "project": project_name(),
+        "exampleValues": {k: "[secret]" if k in EXAMPLE_SECRETS else inputs.config[k] for k in inputs.example_keys},
+        "resources": [
+            {
+                "urn": r.urn,
+                "type": r.type,
+                "name": r.name,
+                "parent": _parent(r.parent),
+                "inputs": _plan_inputs(r),
+            }
+            for r in recording.resources
+        ],
+        "outputs": recording.plain_outputs(),
+    }
+
+
+def _parent(urn: str | None) -> str | None:
+    return None if urn is None or urn.split("::")[-2].endswith("pulumi:pulumi:Stack") else urn
+
+
+def _plan_inputs(resource: mockrun.Registered) -> dict[str, Any]:
+    inputs = resource.plain_inputs
+    if DYNAMIC_PROVIDER_KEY in inputs:
+        # The pickled provider is code, not a setting; show what it is instead of its bytes.
+        inputs[DYNAMIC_PROVIDER_KEY] = "[pickled dynamic provider]"
+    return inputs
+
+
+def tree_lines(recording: mockrun.Recording) -> list[str]:
+    """`pulumi preview`-like lines: type and name, indented by parent."""
+    children: dict[str | None, list[mockrun.Registered]] = {}
+    for r in recording.resources:
+        children.setdefault(_parent(r.parent), []).append(r)
+    lines: list[str] = []
+
+    def walk(parent: str | None, depth: int) -> None:
+        for r in children.get(parent, []):
+            lines.append(f"{'    ' * depth}+ {r.type:<55} {r.name}")
+            walk(r.urn, depth + 1)
+
+    walk(None, 1)
+    return lines
+
+
+def write_plan(stack: str, mode: str | None, out: Path, quiet: bool) -> int:
+    from components.config import ConfigError
+
+    try:
+        inputs, recording = run_program(stack, mode)
+    except ConfigError as error:
+        print(f"pulumi:pulumi:Stack {project_name()}-{stack}: config error", file=sys.stderr)
+        print(str(error), file=sys.stderr)
+        return 2
+    target = out / (stack if not mode else f"{stack}-{mode}")
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "plan.json").write_text(
+        json.dumps(plan_document(stack, inputs, recording), indent=2) + "\n"
+    )
+    objects = recording.kubernetes_objects()
+    (target / "manifests.yaml").write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    if not quiet:
+        print(f"Previewing update ({stack}, offline, Pulumi mock runtime):\n")
+        print(f"    + pulumi:pulumi:Stack{'':<36} {project_name()}-{stack}")
+        print("\n".join(tree_lines(recording)))
+        if inputs.example_keys:
+            print("\nExample values stand in for site facts the stack file leaves unset:")
+            for key in inputs.example_keys:
+                shown = "[secret]" if key in EXAMPLE_SECRETS else inputs.config[key]
+                print(f"    {key} = {shown}")
+    print(
+        f"\n{stack}{'/' + mode if mode else ''}: {len(recording.resources) + 1} to create "
+        f"({len(objects)} Kubernetes objects); wrote {target}/plan.json and manifests.yaml"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", required=True, help="a4, a3u or a4x")
+    parser.add_argument("--mode", choices=["standard", "autopilot"], help="override clusterMode")
+    parser.add_argument("--out", type=Path, default=ROOT / "build")
+    parser.add_argument("--quiet", action="store_true", help="print only the summary line")
+    args = parser.parse_args(argv)
+    return write_plan(args.stack, args.mode, args.out, args.quiet)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
