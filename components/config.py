@@ -276,7 +276,8 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             f"{NAMESPACE}:reservation = {config.reservation!r} is not a reservation name: use "
             "`<name>` or `<name>/reservationBlocks/<block>`"
         )
-    if not 1 <= config.nodes <= hw.max_nodes:
+    nodes_ok = 1 <= config.nodes <= hw.max_nodes
+    if not nodes_ok:
         problems.append(
             f"{NAMESPACE}:gpuNodes = {config.nodes} is out of range for {hw.machine_type}: "
             f"use 1 to {hw.max_nodes}"
@@ -300,6 +301,7 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             f"huggingface.co/settings/tokens), or set {NAMESPACE}:staging.skip to true for a "
             "bucket you filled yourself"
         )
-    problems += run_problems(config.job, hw, config.nodes)
+    if nodes_ok:  # the run's checks divide by the GPU count
+        problems += run_problems(config.job, hw, config.nodes)
     problems += staging_problems(config.staging)
     return problems

@@ -112,7 +112,9 @@ def k8s_object(resource: Registered) -> dict[str, Any]:
 def redact(value: Any) -> Any:
     """Deep copy with secrets replaced by "[secret]" and integral floats turned into ints."""
     if rpc.is_rpc_secret(value):
-        return SECRET
+        inner = rpc.unwrap_rpc_secret(value)
+        # A secret map keeps its keys (which entries exist is not secret), never its values.
+        return {k: SECRET for k in inner} if isinstance(inner, dict) else SECRET
     if isinstance(value, dict):
         return {k: redact(v) for k, v in value.items()}
     if isinstance(value, list):

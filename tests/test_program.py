@@ -1,0 +1,319 @@
+"""The whole program under the mock runtime, per stack and cluster mode, against the tutorial.
+
+Each test runs the real __main__.py with the stack's file and the plan's example site facts (see
+conftest.rendered) and checks what would be sent to the providers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from components import pins
+from components.gcs_fuse_storage import mount_options
+from components.hardware import Arch, profile
+from tests import k8s_schemas
+from tests.conftest import rendered
+from tools import mockrun, plan
+
+STANDARD_RDMA = [("a4", "standard"), ("a3u", "standard")]
+RDMA_STACKS = STANDARD_RDMA + [("a4", "autopilot"), ("a3u", "autopilot")]
+EXAMPLE_TOKEN = plan.EXAMPLE_SECRETS["verl-gke:hfToken"]
+
+
+def inputs_of(recording, type_, name):
+    return recording.one(type_, name).plain_inputs
+
+
+def test_every_resource_belongs_to_a_component_and_is_named_after_it(program):
+    """Children are parented to their component and carry its name as prefix (STYLE 4)."""
+    _, _, _, recording = program
+    components = {r.urn: r for r in recording.resources if r.type.startswith("verl-gke:index:")}
+    assert components, "no components registered"
+    for r in recording.resources:
+        parent = plan._parent(r.parent)
+        if parent is None:
+            continue
+        owner = recording.by_urn(parent)
+        assert r.name.startswith(f"{owner.name}-"), (r.name, owner.name)
+
+
+def test_every_kubernetes_object_validates_against_its_schema(program):
+    """Core kinds pass kubernetes-validate strict; custom resources pass their real CRD schema."""
+    _, _, _, recording = program
+    objects = recording.kubernetes_objects()
+    assert objects
+    for obj in objects:
+        k8s_schemas.validate(obj)
+
+
+def test_no_secret_value_appears_in_plain_text(program, tmp_path):
+    """The token and kubeconfig never appear in the plan, the manifests or the outputs."""
+    stack, mode, inputs, recording = program
+    assert plan.write_plan(stack, mode, tmp_path, quiet=True) == 0
+    out = tmp_path / f"{stack}-{mode}"
+    rendered_text = (out / "plan.json").read_text() + (out / "manifests.yaml").read_text()
+    assert EXAMPLE_TOKEN not in rendered_text
+    kubeconfig = recording.outputs["kubeconfig"]
+    assert "gke-gcloud-auth-plugin" in kubeconfig  # the real value exists...
+    assert "gke-gcloud-auth-plugin" not in rendered_text  # ...and is never written
+    assert recording.plain_outputs()["kubeconfig"] == "[secret]"
+    secret = recording.one("kubernetes:core/v1:Secret", "storage-hf-secret")
+    assert secret.plain_inputs["stringData"] == {"hf_api_token": "[secret]"}
+    assert mockrun.unwrap(secret.inputs["stringData"]) == {"hf_api_token": EXAMPLE_TOKEN}
+
+
+@pytest.mark.parametrize("stack_mode", RDMA_STACKS, ids=lambda s: "-".join(s))
+def test_rdma_networks_match_the_tutorial(stack_mode):
+    """gVNIC VPC + firewall and one RoCE subnet per NIC, as the tutorial's gcloud commands."""
+    _, recording = rendered(*stack_mode)
+    nics = profile(stack_mode[0]).rdma_nics
+    gvnic = inputs_of(recording, "gcp:compute/network:Network", "networks-gvnic")
+    assert gvnic["name"] == "verl-gvnic-net" and gvnic["autoCreateSubnetworks"] is False
+    sub = inputs_of(recording, "gcp:compute/subnetwork:Subnetwork", "networks-gvnic-sub")
+    assert (sub["name"], sub["region"], sub["ipCidrRange"]) == (
+        "verl-gvnic-sub", "us-central1", "192.168.0.0/24",
+    )
+    fw = inputs_of(recording, "gcp:compute/firewall:Firewall", "networks-gvnic-internal")
+    assert fw["sourceRanges"] == ["192.168.0.0/16"]
+    assert sorted(a["protocol"] for a in fw["allows"]) == ["icmp", "tcp", "udp"]
+    rdma = inputs_of(recording, "gcp:compute/network:Network", "networks-rdma")
+    assert rdma["networkProfile"] == (
+        "https://www.googleapis.com/compute/beta/projects/example-project/global/"
+        "networkProfiles/us-central1-b-vpc-roce"
+    )
+    assert rdma["mtu"] == 8896 and gvnic["mtu"] == 8896
+    for n in range(nics):
+        s = inputs_of(recording, "gcp:compute/subnetwork:Subnetwork", f"networks-rdma-sub-{n}")
+        assert (s["name"], s["ipCidrRange"]) == (f"verl-rdma-sub-{n}", f"192.168.{n + 1}.0/24")
+    assert len(recording.of_type("gcp:compute/subnetwork:Subnetwork")) == nics + 1
+
+
+@pytest.mark.parametrize("stack_mode", RDMA_STACKS, ids=lambda s: "-".join(s))
+def test_network_objects_map_every_nic(stack_mode):
+    """One GKENetworkParamSet + Network per interface: gvnic-1 NetDevice, rdma-N RDMA."""
+    _, recording = rendered(*stack_mode)
+    objects = recording.kubernetes_objects()
+    params = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "GKENetworkParamSet"}
+    networks = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "Network"}
+    expected = ["gvnic-1"] + [f"rdma-{n}" for n in range(8)]
+    assert sorted(params) == sorted(expected) == sorted(networks)
+    assert params["gvnic-1"] == {"vpc": "verl-gvnic-net", "vpcSubnet": "verl-gvnic-sub", "deviceMode": "NetDevice"}
+    assert params["rdma-3"] == {"vpc": "verl-rdma-net", "vpcSubnet": "verl-rdma-sub-3", "deviceMode": "RDMA"}
+    for name, spec in networks.items():
+        assert spec == {
+            "type": "Device",
+            "parametersRef": {"group": "networking.gke.io", "kind": "GKENetworkParamSet", "name": name},
+        }
+
+
+def test_a4x_creates_no_rdma_vpcs():
+    """A4X's DRANET profile makes GKE create the networks: no VPC or network objects here."""
+    _, recording = rendered("a4x", "standard")
+    assert not recording.of_type("gcp:compute/network:Network")
+    assert not [o for o in recording.kubernetes_objects() if o["kind"] in ("Network", "GKENetworkParamSet")]
+
+
+@pytest.mark.parametrize("stack", ["a4", "a3u", "a4x"])
+def test_standard_cluster_matches_the_tutorial_and_cluster_toolkit(stack):
+    """Dataplane V2, workload identity, VPC-native, multi-networking, add-ons, monitoring."""
+    _, recording = rendered(stack, "standard")
+    cluster = inputs_of(recording, "gcp:container/cluster:Cluster", "gke-cluster")
+    assert cluster["name"] == "verl" and cluster["location"] == "us-central1"
+    assert cluster["datapathProvider"] == "ADVANCED_DATAPATH"
+    assert cluster["workloadIdentityConfig"] == {"workloadPool": "example-project.svc.id.goog"}
+    assert cluster["networkingMode"] == "VPC_NATIVE"
+    assert cluster["enableMultiNetworking"] is True
+    assert cluster["addonsConfig"]["gcsFuseCsiDriverConfig"] == {"enabled": True}
+    assert cluster["removeDefaultNodePool"] is True
+    assert cluster["deletionProtection"] is True
+    assert cluster["monitoringConfig"]["enableComponents"] == ["SYSTEM_COMPONENTS", "DCGM"]
+    assert cluster["monitoringConfig"]["managedPrometheus"] == {"enabled": True}
+    [exclusion] = cluster["maintenancePolicy"]["maintenanceExclusions"]
+    assert exclusion["exclusionOptions"] == {
+        "scope": "NO_MINOR_OR_NODE_UPGRADES", "endTimeBehavior": "UNTIL_END_OF_SUPPORT",
+    }
+    system = inputs_of(recording, "gcp:container/nodePool:NodePool", "gke-system-pool")
+    assert system["nodeConfig"]["machineType"] == "c2-standard-16"
+    assert system["autoscaling"] == {"minNodeCount": 1, "maxNodeCount": 5}
+    assert system["initialNodeCount"] == 1
+    ray_addon = cluster["addonsConfig"].get("rayOperatorConfigs")
+    if stack == "a4x":
+        # KubeRay comes from the namespace-scoped Helm chart; two operators would fight.
+        assert not ray_addon
+        assert "resource.k8s.io/v1beta1/resourceclaims" in cluster["enableK8sBetaApis"]["enabledApis"]
+    else:
+        assert ray_addon[0]["enabled"] is True
+        assert ray_addon[0]["rayClusterLoggingConfig"] == {"enabled": True}
+        assert ray_addon[0]["rayClusterMonitoringConfig"] == {"enabled": True}
+        assert "enableK8sBetaApis" not in cluster
+
+
+@pytest.mark.parametrize("stack", ["a4", "a3u"])
+def test_autopilot_cluster_has_no_node_pools(stack):
+    """Autopilot: create-auto with multi-networking and the Ray operator; GKE owns the nodes."""
+    _, recording = rendered(stack, "autopilot")
+    cluster = inputs_of(recording, "gcp:container/cluster:Cluster", "gke-cluster")
+    assert cluster["enableAutopilot"] is True and cluster["enableMultiNetworking"] is True
+    assert cluster["addonsConfig"]["rayOperatorConfigs"][0]["enabled"] is True
+    assert not recording.of_type("gcp:container/nodePool:NodePool")
+    assert "workloadIdentityConfig" not in cluster  # implicit in Autopilot; setting it fails
+
+
+@pytest.mark.parametrize("stack", ["a4", "a3u"])
+def test_gpu_pool_matches_the_tutorial_plus_cluster_toolkit(stack):
+    """The tutorial's gpu-pool, plus COMPACT placement, gVNIC, streaming, local SSDs, taint."""
+    hw = profile(stack)
+    _, recording = rendered(stack, "standard")
+    pool = inputs_of(recording, "gcp:container/nodePool:NodePool", "gpu-pool")
+    node = pool["nodeConfig"]
+    assert pool["name"] == "gpu-pool" and pool["nodeLocations"] == ["us-central1-b"]
+    assert node["machineType"] == hw.machine_type
+    assert node["guestAccelerators"] == [
+        {"type": hw.gpu_type, "count": 8, "gpuDriverInstallationConfig": {"gpuDriverVersion": "DEFAULT"}}
+    ]
+    assert node["reservationAffinity"] == {
+        "consumeReservationType": "SPECIFIC_RESERVATION",
+        "key": "compute.googleapis.com/reservation-name",
+        "values": ["example-reservation"],
+    }
+    assert pool["initialNodeCount"] == 2
+    assert pool["autoscaling"]["totalMaxNodeCount"] == 10
+    networks = pool["networkConfig"]["additionalNodeNetworkConfigs"]
+    assert networks == [{"network": "verl-gvnic-net", "subnetwork": "verl-gvnic-sub"}] + [
+        {"network": "verl-rdma-net", "subnetwork": f"verl-rdma-sub-{n}"} for n in range(8)
+    ]
+    assert pool["placementPolicy"]["type"] == "COMPACT"
+    assert node["gvnic"] == {"enabled": True} and node["gcfsConfig"] == {"enabled": True}
+    assert node["ephemeralStorageLocalSsdConfig"] == {"localSsdCount": 32}
+    assert node["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
+    assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+
+
+def test_a4x_gpu_pool_uses_dranet_and_an_nvl72_workload_policy():
+    """a4x-highgpu-4g: 4 GPUs, `auto` network profile, no extra networks, HIGH_THROUGHPUT 1x72."""
+    _, recording = rendered("a4x", "standard")
+    pool = inputs_of(recording, "gcp:container/nodePool:NodePool", "gpu-pool")
+    node = pool["nodeConfig"]
+    assert node["machineType"] == "a4x-highgpu-4g"
+    assert node["guestAccelerators"][0]["type"] == "nvidia-gb200"
+    assert node["guestAccelerators"][0]["count"] == 4
+    assert pool["networkConfig"] == {"acceleratorNetworkProfile": "auto"}
+    assert node["diskType"] == "hyperdisk-balanced"
+    assert "ephemeralStorageLocalSsdConfig" not in node
+    assert pool["initialNodeCount"] == 4
+    policy = inputs_of(recording, "gcp:compute/resourcePolicy:ResourcePolicy", "gpu-placement")
+    assert policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "1x72"}
+    assert pool["placementPolicy"] == {"type": "COMPACT", "policyName": policy["name"]}
+
+
+@pytest.mark.parametrize("stack_mode", [("a4", "standard"), ("a4", "autopilot"), ("a4x", "standard")], ids="-".join)
+def test_nccl_installer_is_pinned_per_cluster_kind(stack_mode):
+    """The installer manifest comes from a pinned commit, matching the cluster's kind."""
+    _, recording = rendered(*stack_mode)
+    manifest = inputs_of(recording, "kubernetes:yaml/v2:ConfigFile", "nccl-manifest")
+    expected = {
+        ("a4", "standard"): pins.NCCL_INSTALLER_STANDARD,
+        ("a4", "autopilot"): pins.NCCL_INSTALLER_AUTOPILOT,
+        ("a4x", "standard"): pins.NCCL_INSTALLER_A4X,
+    }[stack_mode]
+    assert manifest["file"] == expected
+    assert f"/{pins.NCCL_INSTALLER_COMMIT}/" in expected and "master" not in expected
+
+
+@pytest.mark.parametrize("stack", ["a4", "a4x"])
+def test_storage_matches_the_tutorial(stack):
+    """Bucket, KSA, bucket-scoped IAM for the KSA's principal, PV/PVC with the tutorial's options."""
+    _, recording = rendered(stack, "standard")
+    bucket = inputs_of(recording, "gcp:storage/bucket:Bucket", "storage-bucket")
+    assert bucket["name"] == "verl-example-project" and bucket["location"] == "US-CENTRAL1"
+    assert bucket["hierarchicalNamespace"] == {"enabled": True}
+    assert bucket["uniformBucketLevelAccess"] is True
+    assert bucket["publicAccessPrevention"] == "enforced"
+    iam = inputs_of(recording, "gcp:storage/bucketIAMMember:BucketIAMMember", "storage-object-user")
+    assert iam["role"] == "roles/storage.objectUser"
+    assert iam["member"] == (
+        "principal://iam.googleapis.com/projects/000000000000/locations/global/"
+        "workloadIdentityPools/example-project.svc.id.goog/subject/ns/default/sa/verl-ray"
+    )
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in recording.kubernetes_objects()}
+    pv = objects[("PersistentVolume", "training-bucket-pv")]["spec"]
+    pvc = objects[("PersistentVolumeClaim", "training-bucket-pvc")]["spec"]
+    assert pv["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
+    assert pv["csi"]["volumeHandle"] == "verl-example-project"
+    assert pv["csi"]["volumeAttributes"] == {
+        "skipCSIBucketAccessCheck": "true", "gcsfuseMetadataPrefetchOnMount": "true",
+    }
+    assert pv["accessModes"] == pvc["accessModes"] == ["ReadWriteMany"]
+    assert pv["capacity"] == pvc["resources"]["requests"] == {"storage": "768Gi"}
+    assert pv["storageClassName"] == pvc["storageClassName"] == "gcsfuse-sc"
+    assert pvc["volumeName"] == "training-bucket-pv"
+    assert pv["mountOptions"] == mount_options(profile(stack).arch)
+    assert ("ServiceAccount", "verl-ray") in objects
+
+
+def test_arm64_mounts_drop_kernel_read_ahead_only():
+    """A4X (64 KiB pages) drops read_ahead_kb, gcsfuse's known issue; all else is the tutorial's."""
+    amd64, arm64 = mount_options(Arch.AMD64), mount_options(Arch.ARM64)
+    assert "read_ahead_kb=1024" in amd64 and len(amd64) == 11
+    assert [o for o in amd64 if o != "read_ahead_kb=1024"] == arm64
+
+
+def test_destroy_keeps_the_bucket_unless_asked(monkeypatch):
+    """By default the bucket is retained on destroy and never force-emptied; opting in flips both."""
+    _, recording = rendered("a4", "standard")
+    bucket = inputs_of(recording, "gcp:storage/bucket:Bucket", "storage-bucket")
+    assert bucket["forceDestroy"] is False
+    # retain_on_delete is an engine option, not an input: check it on a run with the opt-in.
+    seen = {}
+    original = plan.mockrun.RecordingMonitor.RegisterResource
+
+    def spy(self, request):
+        if request.type == "gcp:storage/bucket:Bucket":
+            seen[request.name] = request.retainOnDelete
+        return original(self, request)
+
+    monkeypatch.setattr(plan.mockrun.RecordingMonitor, "RegisterResource", spy)
+    plan.run_program("a4", "standard")
+    assert seen == {"storage-bucket": True}
+    inputs = plan.stack_inputs("a4", "standard")
+    inputs.config["verl-gke:deleteBucketOnDestroy"] = "true"
+    recording = plan.mockrun.run(
+        lambda: plan.runpy.run_path(str(plan.ROOT / "__main__.py"), run_name="__pulumi_main__"),
+        project="verl-gke", stack="a4", config=inputs.config, secret_keys=inputs.secret_keys,
+    )
+    assert seen == {"storage-bucket": False}
+    assert recording.one("gcp:storage/bucket:Bucket").plain_inputs["forceDestroy"] is True
+
+
+def test_outputs_are_the_documented_contract(program):
+    """Stack outputs keep their names and shapes: dashboards depend on them."""
+    stack, mode, _, recording = program
+    out = recording.plain_outputs()
+    hw = profile(stack)
+    nodes = hw.default_nodes
+    assert out["clusterName"] == "verl" and out["clusterLocation"] == "us-central1"
+    assert out["bucketUrl"] == "gs://verl-example-project"
+    assert out["checkpointUri"] == "gs://verl-example-project/verl/checkpoints"
+    assert out["hardware"] == {
+        "target": stack, "gpuType": hw.gpu_type, "machineType": hw.machine_type,
+        "gpusPerNode": hw.gpus_per_node, "nodes": nodes, "totalGpus": hw.gpus_per_node * nodes,
+        "clusterMode": mode,
+    }
+    assert out["consoleUrls"]["cluster"].startswith("https://console.cloud.google.com/kubernetes/")
+    assert out["kubeconfig"] == "[secret]"
+
+
+def test_plan_files_have_the_documented_shape(tmp_path):
+    """plan.json lists resources with urn/type/name/parent/inputs; manifests.yaml is plain YAML."""
+    assert plan.write_plan("a3u", None, tmp_path, quiet=True) == 0
+    document = json.loads((tmp_path / "a3u" / "plan.json").read_text())
+    assert set(document) == {"stack", "project", "exampleValues", "resources", "outputs"}
+    assert document["exampleValues"]["gcp:project"] == "example-project"
+    assert document["exampleValues"]["verl-gke:hfToken"] == "[secret]"
+    for resource in document["resources"]:
+        assert set(resource) == {"urn", "type", "name", "parent", "inputs"}
+    manifests = list(yaml.safe_load_all((tmp_path / "a3u" / "manifests.yaml").read_text()))
+    assert all({"apiVersion", "kind", "metadata"} <= set(m) for m in manifests)
