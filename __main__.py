@@ -13,8 +13,11 @@ from components.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.hardware import NodeNetworking
+from components.model_staging import ModelStaging, ModelStagingArgs
 from components.nccl_installer import NcclInstaller, NcclInstallerArgs
+from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
 
 cfg = config.from_pulumi()
 hw = cfg.hardware
@@ -71,15 +74,19 @@ if not cfg.autopilot:
 if networks:
     gpu_nodes += networks.map_into_cluster(gke.provider)
 
+# Objects in the workload namespace wait for it when the program creates it.
+namespace_deps: list[pulumi.Resource] = []
 if cfg.namespace != "default":
-    namespace = k8s.core.v1.Namespace(
-        "workload-namespace",
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=cfg.namespace),
-        opts=pulumi.ResourceOptions(provider=gke.provider),
+    namespace_deps.append(
+        k8s.core.v1.Namespace(
+            "workload-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=cfg.namespace),
+            opts=pulumi.ResourceOptions(provider=gke.provider),
+        )
     )
-    workload_namespace = namespace.metadata.name
-else:
-    workload_namespace = pulumi.Output.from_input(cfg.namespace)
+in_namespace = pulumi.ResourceOptions(providers=[gke.provider], depends_on=namespace_deps)
+# CPU work (Ray head on A4 / A3 Ultra, staging) runs on the system pool on Standard clusters.
+system_nodes = {} if cfg.autopilot else {"cloud.google.com/gke-nodepool": SYSTEM_POOL}
 
 installer = NcclInstaller(
     "nccl", NcclInstallerArgs(hardware=hw, autopilot=cfg.autopilot), opts=in_cluster
@@ -91,13 +98,54 @@ storage = GcsFuseStorage(
         project=cfg.project,
         region=cfg.region,
         bucket_name=cfg.bucket,
-        namespace=workload_namespace,
+        namespace=cfg.namespace,
         service_account=cfg.service_account,
         hf_token=pulumi.Output.secret(cfg.hf_token.get_secret_value()) if cfg.hf_token else None,
         arch=hw.arch,
         delete_bucket_on_destroy=cfg.delete_bucket_on_destroy,
     ),
-    opts=in_cluster,
+    opts=in_namespace,
+)
+
+staging = ModelStaging(
+    "staging",
+    ModelStagingArgs(
+        staging=cfg.staging,
+        namespace=cfg.namespace,
+        service_account=storage.service_account,
+        pvc_name=storage.pvc_name,
+        node_selector=system_nodes,
+    ),
+    opts=in_namespace,
+)
+
+dra = None
+if dranet:
+    dra = NvidiaDraDriver(
+        "dra",
+        NvidiaDraDriverArgs(profile=hw, nodes=cfg.nodes, workload_namespace=cfg.namespace),
+        opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=gpu_nodes)),
+    )
+
+ray = VerlRayCluster(
+    "ray",
+    VerlRayClusterArgs(
+        profile=hw,
+        mode=cfg.cluster_mode,
+        nodes=cfg.nodes,
+        namespace=cfg.namespace,
+        service_account=storage.service_account,
+        pvc_name=storage.pvc_name,
+        rdma_networks=networks.pod_networks if networks else (),
+        # A4X puts the head on a GB200 node (arm64-only image); Autopilot picks its own node.
+        head_node_selector=None if dranet or cfg.autopilot else system_nodes,
+        rdma_claim_template=dra.rdma_claim_template if dra else None,
+        compute_domain_claim_template=dra.compute_domain_claim_template if dra else None,
+        operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
+    ),
+    opts=pulumi.ResourceOptions.merge(
+        in_namespace, pulumi.ResourceOptions(depends_on=[*gpu_nodes, installer])
+    ),
 )
 
 pulumi.export("clusterName", gke.name)
@@ -118,6 +166,19 @@ pulumi.export(
         "totalGpus": hw.gpus_per_node * cfg.nodes,
         "clusterMode": cfg.cluster_mode.value,
     },
+)
+pulumi.export(
+    "rayCluster",
+    {
+        "name": ray.name,
+        "headService": ray.head_service,
+        "dashboardPort": ray.dashboard_port,
+        "workerReplicas": ray.worker_replicas,
+    },
+)
+pulumi.export(
+    "staging",
+    {"jobName": staging.job_name, "modelPath": staging.model_path, "marker": staging.marker_path},
 )
 pulumi.export(
     "consoleUrls",

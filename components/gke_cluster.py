@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 
 SYSTEM_POOL = "system-pool"
 SYSTEM_MACHINE_TYPE = "c2-standard-16"
+SYSTEM_DISK_GB = 200
 
 # DRA driver 25.3.x (NvidiaDraDriver) still speaks resource.k8s.io/v1beta1, which GKE 1.34
 # serves only when asked (Cluster Toolkit gke-a4x enables exactly these).
@@ -42,7 +43,7 @@ class GkeClusterArgs:
     deletion_protection: bool
     exclusion_start: str  # RFC 3339, start of the no-upgrade window
     # The GKE Ray add-on manages KubeRay cluster-wide. A4X installs a namespace-scoped KubeRay
-    # with Helm instead (NvidiaDraDriver's sibling release), so the add-on must stay off there.
+    # with Helm instead (VerlRayCluster's operator release), so the add-on must stay off there.
     ray_addon: bool = True
     dra_beta_apis: bool = False
 
@@ -248,6 +249,9 @@ def _system_pool(
             ),
             node_config=gcp.container.NodePoolNodeConfigArgs(
                 machine_type=SYSTEM_MACHINE_TYPE,
+                # The staging Job and the Ray head pull the ~25 GB verl image here and stage
+                # through gcsfuse's sidecar disk: the 100 GB default boot disk is too tight.
+                disk_size_gb=SYSTEM_DISK_GB,
                 gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
                 workload_metadata_config=(
                     gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")

@@ -44,11 +44,32 @@ NVIDIA_DRA_DRIVER_CHART = "nvidia-dra-driver-gpu"
 NVIDIA_DRA_DRIVER_REPO = "https://helm.ngc.nvidia.com/nvidia"
 NVIDIA_DRA_DRIVER_VERSION = "25.3.1"
 
+# --- VerlRayCluster (components/verl_ray_cluster.py) ---
 # KubeRay operator for A4X, where the GKE Ray add-on is not used (the tutorial installs the
-# namespace-scoped Helm chart with no version, i.e. whatever is newest on the day).
+# namespace-scoped Helm chart with no version, i.e. whatever is newest on the day). 1.7.0 is the
+# newest stable release (tag v1.7.0, 2026-08-20; the Ray docs install exactly
+# `kuberay/kuberay-operator --version 1.7.0`), and its RayCluster CRD is byte-identical to the
+# one the tests validate against (../shared/schemas/crds/, kuberay feeaf72), so what the tests
+# accept is what this operator serves. The chart's default operator image is v1.7.0 too.
 KUBERAY_OPERATOR_CHART = "kuberay-operator"
 KUBERAY_OPERATOR_REPO = "https://ray-project.github.io/kuberay-helm/"
-KUBERAY_OPERATOR_VERSION = "1.4.2"
+KUBERAY_OPERATOR_VERSION = "1.7.0"
 
 # TransferQueue, installed in the A4X Ray pods by the tutorial's postStart hook.
 TRANSFER_QUEUE_VERSION = "0.1.8"
+
+# --- ModelStaging (components/model_staging.py) ---
+# The model the tutorial trains, at the commit that public Hugging Face caches of it name
+# (`models--Qwen--Qwen2.5-32B-Instruct/snapshots/5ede1c97...` in several unrelated public
+# repositories, 2025-2026). Not checked against huggingface.co from where this is written; confirm
+# with `curl -s https://huggingface.co/api/models/Qwen/Qwen2.5-32B-Instruct/revision/main`
+# (its "sha") before relying on it. A commit, not `main`, so a re-run stages the same weights.
+STAGING_MODEL_ID = "Qwen/Qwen2.5-32B-Instruct"
+STAGING_MODEL_REVISION = "5ede1c97bbab6ce5cda5812749b4c0bdf79b18dd"
+
+# Image of the staging Job, which runs on the amd64 CPU system pool on every target (A4X's GPU
+# nodes are arm64, its system pool is not). verl's gsm8k.py imports `verl`, whose package imports
+# torch, tensordict and datasets, so a slim Python image would have to install verl's whole
+# dependency set at run time; the amd64 training image already has them, plus git and hf_transfer
+# (its base, vllm/vllm-openai, installs both), and it is the image a4 / a3u training pulls anyway.
+STAGING_IMAGE = VERL_IMAGES[Arch.AMD64]

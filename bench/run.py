@@ -1,0 +1,14 @@
+"""`make bench`: every benchmark of the project, one after the other."""
+
+from bench import grpo_job_bench, plan_bench
+
+
+def main() -> None:
+    print("== offline plan vs SDK import floor ==")
+    plan_bench.main([])
+    print("\n== GrpoJob create -> RUNNING vs Ray's CLI and raw client ==")
+    grpo_job_bench.main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,439 @@
+"""The GRPO training run as data: its config model, its checks, its command line and its env.
+
+Pure functions over `GrpoRunConfig` and a `HardwareProfile`; nothing here talks to Ray or
+Pulumi. `components/grpo_job.py` turns the result into a submitted Ray job.
+
+What it does: fills every setting the user leaves unset with the tutorial's value for the target
+(TUTORIAL.md, "GrpoJob"), rejects before anything is submitted what verl would reject hours later
+on the GPUs, always checkpoints to the bucket with `resume_mode=auto` (ANCHORS defect 6), and
+builds the Ray runtime env as data (ANCHORS defects 1 and 2).
+What it does not do: stage the model, data or verl source (model staging owns that), or
+validate Hydra keys it does not model (`extraOverrides` is passed through as written).
+
+verl's checks are read at volcengine/verl b178a3cd5 (2026-01-29), the newest snapshot available
+here; the tutorial's VERL_REF ddbcdb7 is not in it. Each check below names the file it mirrors.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import shlex
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from .hardware import HardwareProfile, NodeNetworking, Target
+
+CONFIG_KEY = "verl-gke:job"
+# The bucket is mounted at /data in every Ray pod (GcsFuseStorage); the tutorial's checkpoint
+# dir, so `gs://<bucket>/verl/checkpoints` holds the checkpoints.
+DATA_MOUNT = "/data"
+CHECKPOINT_SUBPATH = "verl/checkpoints"
+CHECKPOINT_DIR = f"{DATA_MOUNT}/{CHECKPOINT_SUBPATH}"
+VERL_SOURCE_DIR = f"{DATA_MOUNT}/verl"
+HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
+
+OverrideValue = str | int | float | bool
+
+
+class WaitFor(str, enum.Enum):
+    """How far `pulumi up` follows the job before reporting it created."""
+
+    SUBMITTED = "submitted"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+
+
+class GrpoRunConfig(BaseModel):
+    """The stack config key `verl-gke:job`: one GRPO run of verl's `main_ppo` trainer.
+
+    Every field left unset takes the tutorial's value for the stack's target (a4 and a3u share
+    one column, a4x has its own); `resolve()` fills them. `waitFor` defaults to `running`:
+    a RUNNING job has passed Ray's scheduling and runtime-env setup, which is where a wrong
+    image, env or address fails, while a full run takes hours and must not hold `pulumi up`
+    (and its lock on the stack) open; `pulumi refresh` reports progress after that.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+    model_path: str = Field(
+        f"{DATA_MOUNT}/Qwen2.5-32B-Instruct",
+        description="actor_rollout_ref.model.path: the model on the bucket mount.",
+    )
+    train_files: str = Field(
+        f"{DATA_MOUNT}/gsm8k/train.parquet", description="data.train_files."
+    )
+    val_files: str = Field(f"{DATA_MOUNT}/gsm8k/test.parquet", description="data.val_files.")
+    train_batch_size: int = Field(256, gt=0, description="data.train_batch_size (prompts).")
+    max_prompt_length: int = Field(512, gt=0, description="data.max_prompt_length (tokens).")
+    max_response_length: int = Field(
+        512, gt=0, description="data.max_response_length (tokens)."
+    )
+    learning_rate: float = Field(1e-5, gt=0, description="actor_rollout_ref.actor.optim.lr.")
+    ppo_mini_batch_size: int | None = Field(
+        None, gt=0,
+        description="actor_rollout_ref.actor.ppo_mini_batch_size; default: 256 (a4, a3u), 64 (a4x).",
+    )
+    ppo_micro_batch_size_per_gpu: int | None = Field(
+        None, gt=0,
+        description="actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu; "
+        "default: 64 (a4, a3u), 8 (a4x).",
+    )
+    use_kl_loss: bool | None = Field(
+        None,
+        description="actor_rollout_ref.actor.use_kl_loss; default: left to verl (a4, a3u), "
+        "True (a4x).",
+    )
+    # Megatron has other divisibility rules (tensor x pipeline x context parallel) that
+    # run_problems does not model, so only the FSDP strategies are accepted.
+    actor_strategy: Literal["fsdp", "fsdp2"] = Field(
+        "fsdp2", description="actor_rollout_ref.actor.strategy."
+    )
+    rollout_engine: Literal["vllm", "sglang"] = Field(
+        "vllm", description="actor_rollout_ref.rollout.name."
+    )
+    tensor_model_parallel_size: int | None = Field(
+        None, gt=0,
+        description="actor_rollout_ref.rollout.tensor_model_parallel_size; must divide the GPUs "
+        "per node; default: all GPUs of a node (8 on a4 and a3u, 4 on a4x).",
+    )
+    gpu_memory_utilization: float = Field(
+        0.6, gt=0, le=1, description="actor_rollout_ref.rollout.gpu_memory_utilization."
+    )
+    rollout_n: int = Field(
+        8, gt=0, description="actor_rollout_ref.rollout.n: responses sampled per prompt."
+    )
+    rollout_log_prob_micro_batch_size_per_gpu: int | None = Field(
+        None, gt=0,
+        description="actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu; "
+        "default: 8 (a4, a3u), 16 (a4x).",
+    )
+    ref_log_prob_micro_batch_size_per_gpu: int | None = Field(
+        None, gt=0,
+        description="actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu; "
+        "default: 4 (a4, a3u), 16 (a4x).",
+    )
+    kl_coef: float = Field(0.001, ge=0, description="algorithm.kl_ctrl.kl_coef.")
+    logger: str = Field(
+        "console", description="trainer.logger, e.g. console or [console,wandb]."
+    )
+    val_before_train: bool | None = Field(
+        None,
+        description="trainer.val_before_train; default: False (a4, a3u), left to verl (a4x).",
+    )
+    nnodes: int | None = Field(
+        None, gt=0, description="trainer.nnodes; default: the RayCluster's worker replicas."
+    )
+    n_gpus_per_node: int | None = Field(
+        None, gt=0, description="trainer.n_gpus_per_node; default: the target's GPUs per node."
+    )
+    save_freq: int = Field(
+        10, gt=0,
+        description="trainer.save_freq (steps). Must be > 0: verl's default -1 never "
+        "checkpoints, so a restarted run would start over.",
+    )
+    test_freq: int = Field(10, ge=-1, description="trainer.test_freq (steps; -1: never).")
+    total_epochs: int = Field(2, gt=0, description="trainer.total_epochs.")
+    extra_overrides: dict[str, OverrideValue] = Field(
+        default_factory=dict,
+        description="Any other Hydra override of main_ppo, key -> value, appended last. "
+        "Keys set by a typed field above, and the checkpoint keys, are refused.",
+    )
+    metadata: dict[str, str] = Field(
+        default_factory=dict,
+        description="Ray job metadata (e.g. owner). Changing it never replaces the job.",
+    )
+    wait_for: WaitFor = Field(
+        WaitFor.RUNNING,
+        description="How far `pulumi up` follows the job: submitted, running or succeeded.",
+    )
+    timeout_minutes: int = Field(
+        30, gt=0, description="How long `pulumi up` waits for `waitFor` before failing."
+    )
+    dashboard_address: str | None = Field(
+        None,
+        description="Ray dashboard URL to use (a tunnel, IAP, or another Ray cluster). "
+        "default: a port-forward to the head Service for the duration of each call.",
+    )
+
+    @field_validator("dashboard_address")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(
+                f"{CONFIG_KEY}.dashboardAddress={value!r} is not an http(s) URL: use e.g. "
+                "http://127.0.0.1:8265, or leave it unset to port-forward to the head Service"
+            )
+        return value
+
+
+# The tutorial's values where a4/a3u and a4x differ. None means "the tutorial leaves the key
+# out": it is not passed, so verl's own default applies.
+_PER_TARGET_DEFAULTS: dict[str, dict[Target, object]] = {
+    "ppo_mini_batch_size": {Target.A4: 256, Target.A3_ULTRA: 256, Target.A4X: 64},
+    "ppo_micro_batch_size_per_gpu": {Target.A4: 64, Target.A3_ULTRA: 64, Target.A4X: 8},
+    "use_kl_loss": {Target.A4: None, Target.A3_ULTRA: None, Target.A4X: True},
+    "rollout_log_prob_micro_batch_size_per_gpu": {
+        Target.A4: 8, Target.A3_ULTRA: 8, Target.A4X: 16,
+    },
+    "ref_log_prob_micro_batch_size_per_gpu": {Target.A4: 4, Target.A3_ULTRA: 4, Target.A4X: 16},
+    "val_before_train": {Target.A4: False, Target.A3_ULTRA: False, Target.A4X: None},
+}
+
+
+def resolve(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> GrpoRunConfig:
+    """The run with every unset field filled from the tutorial and the hardware."""
+    unset = {
+        key: by_target[profile.target]
+        for key, by_target in _PER_TARGET_DEFAULTS.items()
+        if getattr(run, key) is None
+    }
+    gpus_per_node = run.n_gpus_per_node or profile.gpus_per_node
+    hardware = {
+        "tensor_model_parallel_size": run.tensor_model_parallel_size or gpus_per_node,
+        "nnodes": run.nnodes or nodes,
+        "n_gpus_per_node": gpus_per_node,
+    }
+    return run.model_copy(update={**unset, **hardware})
+
+
+# Hydra key of each typed field, in the order of the tutorial's override table.
+_HYDRA_KEYS: dict[str, str] = {
+    "adv_estimator": "algorithm.adv_estimator",
+    "train_files": "data.train_files",
+    "val_files": "data.val_files",
+    "train_batch_size": "data.train_batch_size",
+    "max_prompt_length": "data.max_prompt_length",
+    "max_response_length": "data.max_response_length",
+    "model_path": "actor_rollout_ref.model.path",
+    "learning_rate": "actor_rollout_ref.actor.optim.lr",
+    "ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "ppo_micro_batch_size_per_gpu": "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+    "use_kl_loss": "actor_rollout_ref.actor.use_kl_loss",
+    "actor_strategy": "actor_rollout_ref.actor.strategy",
+    "rollout_engine": "actor_rollout_ref.rollout.name",
+    "tensor_model_parallel_size": "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    "gpu_memory_utilization": "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "rollout_n": "actor_rollout_ref.rollout.n",
+    "rollout_log_prob_micro_batch_size_per_gpu":
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "ref_log_prob_micro_batch_size_per_gpu":
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    "kl_coef": "algorithm.kl_ctrl.kl_coef",
+    "logger": "trainer.logger",
+    "val_before_train": "trainer.val_before_train",
+    "n_gpus_per_node": "trainer.n_gpus_per_node",
+    "nnodes": "trainer.nnodes",
+    "save_freq": "trainer.save_freq",
+    "test_freq": "trainer.test_freq",
+    "total_epochs": "trainer.total_epochs",
+}
+# Always set by the program, never by extraOverrides: they decide whether a restarted run
+# resumes from the bucket (ANCHORS defect 6). Refusing them is clearer than letting a stray
+# override silently turn resuming off.
+_CHECKPOINT_KEYS = ("trainer.default_local_dir", "trainer.resume_mode")
+_OVERRIDE_KEY = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+
+
+def hydra_overrides(
+    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, checkpoint_dir: str = CHECKPOINT_DIR
+) -> dict[str, str]:
+    """main_ppo's overrides: the tutorial's, in its order, then checkpointing, then extras."""
+    resolved = resolve(run, profile, nodes)
+    values = {"adv_estimator": "grpo", **resolved.model_dump()}
+    overrides = {
+        hydra_key: _hydra_value(values[field])
+        for field, hydra_key in _HYDRA_KEYS.items()
+        if values[field] is not None
+    }
+    overrides["trainer.default_local_dir"] = checkpoint_dir
+    overrides["trainer.resume_mode"] = "auto"
+    overrides.update({key: _hydra_value(value) for key, value in run.extra_overrides.items()})
+    return overrides
+
+
+def _hydra_value(value: OverrideValue) -> str:
+    # repr keeps a float's full precision (1e-05); str gives True/False, which Hydra reads.
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def entrypoint(
+    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, checkpoint_dir: str = CHECKPOINT_DIR
+) -> str:
+    """The exact shell command Ray runs on the head: the tutorial's, each argument quoted."""
+    overrides = hydra_overrides(run, profile, nodes, checkpoint_dir)
+    arguments = " ".join(shlex.quote(f"{key}={value}") for key, value in overrides.items())
+    return (
+        f"cd {VERL_SOURCE_DIR} && PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo {arguments}"
+    )
+
+
+# NCCL over the gIB plugin on the RDMA VPC targets (the tutorial's runtime-env.yaml, A4/A3U);
+# the tuner file differs per machine and comes from the profile (ANCHORS defect 2).
+_RDMA_VPC_NCCL_ENV = {
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
+    "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so",
+    "NCCL_CROSS_NIC": "0",
+    "NCCL_NET_GDR_LEVEL": "PIX",
+    "NCCL_P2P_NET_CHUNKSIZE": "131072",
+    "NCCL_NVLS_CHUNKSIZE": "524288",
+    "NCCL_IB_ADAPTIVE_ROUTING": "1",
+    "NCCL_IB_QPS_PER_CONNECTION": "4",
+    "NCCL_IB_TC": "52",
+    "NCCL_IB_FIFO_TC": "84",
+}
+# A4X: the gIB arm64 plugin sits next to the driver libraries and tunes itself through the
+# `gcp` env plugin (the tutorial's A4X runtime env).
+_DRANET_NCCL_ENV = {
+    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64",
+    "NCCL_ENV_PLUGIN": "gcp",
+}
+# verl's own defaults (verl/trainer/runtime_env.yaml), which the tutorial's file drops. Its
+# HCCL_* entries are for Ascend NPUs and are left out.
+_VERL_ENV = {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
+def runtime_env(profile: HardwareProfile, nodes: int) -> dict:
+    """The Ray runtime env of the job: env vars only.
+
+    No `working_dir`, `py_modules` or `pip`: verl is already on the bucket (PYTHONPATH) and in
+    the image, and an upload from the machine running Pulumi is slow and size-capped (ray
+    #45602, verl #696). No `setup_hook`: it is not a runtime_env field; the tutorial's file sets
+    it by mistake (ANCHORS defect 1).
+    """
+    env = {
+        "PYTHONPATH": VERL_SOURCE_DIR,
+        "NCCL_DEBUG": "INFO",
+        **_VERL_ENV,
+        "HF_HOME": HF_HOME,
+        # Gloo (CPU collectives) must use the pod network, not an RDMA NIC.
+        "GLOO_SOCKET_IFNAME": "eth0",
+    }
+    if profile.networking is NodeNetworking.RDMA_VPC:
+        env.update(_RDMA_VPC_NCCL_ENV)
+        env["NCCL_TUNER_CONFIG_PATH"] = profile.nccl_tuner_config
+        # The tutorial's sizing hints, derived instead of hard-coded for two nodes of eight.
+        env["NUM_WORKERS"] = str(nodes)
+        env["GPUS_PER_WORKER"] = str(profile.gpus_per_node)
+    else:
+        env.update(_DRANET_NCCL_ENV)
+    return {"env_vars": env}
+
+
+def checkpoint_uri(bucket_url: str) -> str:
+    """Where the checkpoints land in the bucket, e.g. gs://bucket/verl/checkpoints."""
+    return f"{bucket_url.rstrip('/')}/{CHECKPOINT_SUBPATH}"
+
+
+def run_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
+    """Every reason verl would refuse this run on this cluster, each with its fix; [] if none."""
+    resolved = resolve(run, profile, nodes)
+    return [
+        *_hardware_problems(resolved, profile, nodes),
+        *_batch_problems(resolved),
+        *_override_problems(run.extra_overrides),
+    ]
+
+
+def _key(field: str) -> str:
+    return f"{CONFIG_KEY}.{to_camel(field)}"
+
+
+def _divisors(n: int) -> str:
+    found = [str(d) for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(found[:-1]) + f" or {found[-1]}" if len(found) > 1 else found[0]
+
+
+def _hardware_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
+    problems = []
+    target = profile.target.value
+    if run.n_gpus_per_node > profile.gpus_per_node:
+        problems.append(
+            f"{_key('n_gpus_per_node')}={run.n_gpus_per_node} exceeds the "
+            f"{profile.gpus_per_node} GPUs per node of {target}: use at most "
+            f"{profile.gpus_per_node}, or leave it unset"
+        )
+    if run.nnodes > nodes:
+        problems.append(
+            f"{_key('nnodes')}={run.nnodes} exceeds the {nodes} GPU worker nodes of the "
+            f"RayCluster: use at most {nodes}, or raise the node count"
+        )
+    # vLLM places one tensor-parallel group inside a node (verl/workers/rollout/vllm_rollout/
+    # vllm_async_server.py: "gpus_per_node should be divisible by tensor_model_parallel_size").
+    gpus = min(run.n_gpus_per_node, profile.gpus_per_node)
+    if gpus % run.tensor_model_parallel_size:
+        problems.append(
+            f"{_key('tensor_model_parallel_size')}={run.tensor_model_parallel_size} must divide "
+            f"the {gpus} GPUs per node of {target}: use {_divisors(gpus)}"
+        )
+    return problems
+
+
+def _batch_problems(run: GrpoRunConfig) -> list[str]:
+    """verl's batch-size checks for the FSDP strategies, with the numbers it will compute."""
+    if str(run.extra_overrides.get("actor_rollout_ref.actor.use_dynamic_bsz")) == "True":
+        return []  # verl skips these checks with dynamic batch sizes, so do we.
+    problems = []
+    n_gpus = run.nnodes * run.n_gpus_per_node
+    samples = run.train_batch_size * run.rollout_n
+    # verl/utils/config.py validate_config: real_train_batch_size % minimal_bsz (n_gpus) == 0.
+    if samples % n_gpus:
+        problems.append(
+            f"{_key('train_batch_size')}={run.train_batch_size} x {_key('rollout_n')}="
+            f"{run.rollout_n} = {samples} samples per step must be divisible by the {n_gpus} "
+            f"GPUs of the run: use a multiple of {n_gpus} samples"
+        )
+    # verl/workers/config/actor.py ActorConfig.validate: train_batch_size >= ppo_mini_batch_size.
+    if run.train_batch_size < run.ppo_mini_batch_size:
+        problems.append(
+            f"{_key('ppo_mini_batch_size')}={run.ppo_mini_batch_size} exceeds "
+            f"{_key('train_batch_size')}={run.train_batch_size}: use at most "
+            f"{run.train_batch_size}"
+        )
+    # verl/workers/fsdp_workers.py ActorRolloutRefWorker.__init__ normalises the mini batch to
+    # ppo_mini_batch_size * rollout.n // n_gpus per GPU, then asserts it is > 0 and divisible
+    # by ppo_micro_batch_size_per_gpu.
+    per_gpu = run.ppo_mini_batch_size * run.rollout_n // n_gpus
+    if per_gpu == 0:
+        problems.append(
+            f"{_key('ppo_mini_batch_size')}={run.ppo_mini_batch_size} x {_key('rollout_n')}="
+            f"{run.rollout_n} leaves no sample for each of the {n_gpus} GPUs: use at least "
+            f"{-(-n_gpus // run.rollout_n)}"
+        )
+    elif per_gpu % run.ppo_micro_batch_size_per_gpu:
+        problems.append(
+            f"{_key('ppo_micro_batch_size_per_gpu')}={run.ppo_micro_batch_size_per_gpu} must "
+            f"divide the per-GPU mini batch ppoMiniBatchSize x rolloutN // GPUs = "
+            f"{run.ppo_mini_batch_size} x {run.rollout_n} // {n_gpus} = {per_gpu}: use "
+            f"{_divisors(per_gpu)}"
+        )
+    return problems
+
+
+def _override_problems(extra: dict[str, OverrideValue]) -> list[str]:
+    typed = {hydra_key: field for field, hydra_key in _HYDRA_KEYS.items()}
+    problems = []
+    for key in extra:
+        where = f"{_key('extra_overrides')}[{key!r}]"
+        if not _OVERRIDE_KEY.match(key):
+            problems.append(
+                f"{where} is not a Hydra key: use dotted names such as "
+                "actor_rollout_ref.actor.entropy_coeff (optionally prefixed +, ++ or ~)"
+            )
+        elif key.lstrip("+~") in _CHECKPOINT_KEYS:
+            problems.append(
+                f"{where} is set by the program so that a restarted run resumes from "
+                f"{CHECKPOINT_DIR} on the bucket: remove it"
+            )
+        elif key.lstrip("+~") in typed:
+            field = typed[key.lstrip("+~")]
+            hint = (
+                "algorithm.adv_estimator is always grpo" if field == "adv_estimator"
+                else f"set {_key(field)} instead"
+            )
+            problems.append(f"{where} duplicates a typed setting: {hint}")
+    return problems

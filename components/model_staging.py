@@ -1,0 +1,408 @@
+"""ModelStaging: a Kubernetes Job that fills the training bucket before training may start.
+
+The tutorial stages the model (about 66 GB), GSM8K and verl's source from a workstation by hand.
+This Job does it in the cluster, through the same GCS FUSE volume and workload identity the Ray
+pods use: verl at `pins.VERL_REF` to /data/verl, GSM8K preprocessed by verl's own script to
+/data/gsm8k, the model at a pinned revision to /data/<name>. The work is
+components/staging/stage.py, shipped in a ConfigMap so the image needs no build; it is idempotent
+(a marker in the bucket), so a re-run with unchanged values finishes in seconds.
+
+`pulumi up` waits for the Job with the provider's built-in Job await (done when the Job is
+Complete, failed as soon as it is Failed) and the program makes the GrpoJob depend on this
+component, so training never starts on a half-filled bucket. The Job's name is derived from what
+it stages, so a changed model, revision, verl ref or script is a new Job, and an unchanged one is
+no change at all.
+
+It does not create the bucket, PVC, service account or Hugging Face Secret (GcsFuseStorage does),
+never builds a Kubernetes provider (it comes through `opts`), and never runs on a GPU node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from . import pins
+
+CONFIG_KEY = "verl-gke:staging"
+TYPE_TOKEN = "verl-gke:index:ModelStaging"
+
+SCRIPT = Path(__file__).parent / "staging" / "stage.py"
+SCRIPT_MOUNT = "/opt/verl-gke-staging"
+
+# The bucket layout the RayCluster and GrpoJob read (TUTORIAL.md "Model and data staging").
+DATA_MOUNT = "/data"
+VERL_PATH = f"{DATA_MOUNT}/verl"
+GSM8K_PATH = f"{DATA_MOUNT}/gsm8k"
+TRAIN_FILES = f"{GSM8K_PATH}/train.parquet"
+VAL_FILES = f"{GSM8K_PATH}/test.parquet"
+MARKER_PATH = f"{DATA_MOUNT}/.verl-gke-staging.json"
+WORK_PATH = f"{DATA_MOUNT}/.verl-gke-staging"  # scratch space; on the mount so renames are moves
+# Top-level names a model must not be staged over: verl's source, the data, and HF_HOME of the
+# training pods.
+RESERVED_NAMES = ("verl", "gsm8k", "huggingface_cache")
+
+MIN_TIMEOUT_MINUTES = 10  # pulling the verl image alone takes minutes
+MAX_TIMEOUT_MINUTES = 24 * 60
+
+# Failed pods before the Job is Failed. A retry resumes (the model download keeps its partial
+# files), so two retries ride out a preempted node or a dropped connection without looping on a
+# real error such as a bad token.
+BACKOFF_LIMIT = 2
+# Pulumi waits this much longer than the Job's activeDeadlineSeconds, so that a Job that runs too
+# long is reported by Kubernetes as DeadlineExceeded rather than by Pulumi as a bare timeout.
+AWAIT_MARGIN_MINUTES = 5
+
+# The staging container: git and verl's imports (torch) for GSM8K, hf_transfer for the model. Its
+# own disk holds only the verl clone and the GSM8K download; the model goes straight to the mount.
+CONTAINER_RESOURCES = {
+    "requests": {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "10Gi"},
+    "limits": {"memory": "8Gi", "ephemeral-storage": "10Gi"},
+}
+# The gcsfuse sidecar. The defaults suit light reads; this Job writes 66 GB. hf_transfer writes
+# each file out of order, so gcsfuse stages the whole file on the sidecar's disk until close
+# (streaming writes need sequential ones): stage.py fetches 4 files at once, shards of ~4 GB, so
+# 16 GB in flight, doubled for headroom. CPU and memory: uploading four files at once at line
+# rate (TLS, checksums) needs more than the sidecar's defaults.
+SIDECAR_ANNOTATIONS = {
+    "gke-gcsfuse/volumes": "true",
+    "gke-gcsfuse/cpu-request": "1",
+    "gke-gcsfuse/cpu-limit": "4",
+    "gke-gcsfuse/memory-request": "2Gi",
+    "gke-gcsfuse/memory-limit": "8Gi",
+    "gke-gcsfuse/ephemeral-storage-request": "40Gi",
+    "gke-gcsfuse/ephemeral-storage-limit": "40Gi",
+}
+LABELS = {"app.kubernetes.io/name": "verl-gke-staging", "app.kubernetes.io/part-of": "verl-gke"}
+
+_HF_NAME = r"[A-Za-z0-9](?:[\w.-]{0,94}[A-Za-z0-9])?"
+_HF_REPO_ID = re.compile(rf"{_HF_NAME}/{_HF_NAME}")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# Job names become the `job-name` label of its pods (63 characters at most); the digest takes 11.
+_MAX_NAME = 63 - 11
+_GPU_RESOURCE = "nvidia.com/gpu"
+_GPU_NODE_LABEL = "cloud.google.com/gke-accelerator"
+
+
+class StagingConfig(BaseModel):
+    """The `verl-gke:staging` stack config: what to stage and how long `pulumi up` may wait."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    model_id: str = Field(
+        pins.STAGING_MODEL_ID,
+        description="Hugging Face model (`owner/name`), staged at /data/<name> "
+        f"(default: {pins.STAGING_MODEL_ID}).",
+    )
+    model_revision: str = Field(
+        pins.STAGING_MODEL_REVISION,
+        description="Commit (40 hex characters) of the model repository; required when modelId "
+        "is set (default: the pinned commit of the default model).",
+    )
+    skip: bool = Field(
+        False,
+        description="Create no staging Job, for a bucket the user already filled in the same "
+        "layout: /data/verl, /data/gsm8k, /data/<model name> (default: false, stage).",
+    )
+    timeout_minutes: int = Field(
+        180,
+        description="How long the Job may run (its activeDeadlineSeconds) and `pulumi up` waits "
+        "for it (default: 180 minutes).",
+    )
+
+
+def model_dir_name(model_id: str) -> str:
+    return model_id.rsplit("/", 1)[-1]
+
+
+def model_path(model_id: str) -> str:
+    """Where the model lands on the bucket mount: /data/<last part of the model id>."""
+    return f"{DATA_MOUNT}/{model_dir_name(model_id)}"
+
+
+def staging_problems(cfg: StagingConfig) -> list[str]:
+    """Every problem of the staging config, each naming the key, the bad value and the fix."""
+    return [
+        *_model_id_problems(cfg),
+        *_revision_problems(cfg),
+        *_timeout_problems(cfg),
+    ]
+
+
+def _is_repo_id(model_id: str) -> bool:
+    # Hugging Face's own rules: owner/name, word characters, '-' and '.', no '--' or '..'.
+    return bool(_HF_REPO_ID.fullmatch(model_id)) and "--" not in model_id and ".." not in model_id
+
+
+def _model_id_problems(cfg: StagingConfig) -> list[str]:
+    key = f"{CONFIG_KEY}.modelId"
+    if not _is_repo_id(cfg.model_id):
+        return [
+            f"{key} = {cfg.model_id!r} is not a Hugging Face model id: use `owner/name` as in "
+            f"the model's huggingface.co address, e.g. {pins.STAGING_MODEL_ID!r}"
+        ]
+    if model_dir_name(cfg.model_id) in RESERVED_NAMES:
+        return [
+            f"{key} = {cfg.model_id!r} would be staged at {model_path(cfg.model_id)}, a path the "
+            f"training pods use for something else ({', '.join(RESERVED_NAMES)} are reserved): "
+            "choose a model whose name is none of them"
+        ]
+    return []
+
+
+def _revision_problems(cfg: StagingConfig) -> list[str]:
+    key = f"{CONFIG_KEY}.modelRevision"
+    valid_id = _is_repo_id(cfg.model_id)
+    model = cfg.model_id if valid_id else "<owner>/<name>"
+    find = (
+        f"`curl -s https://huggingface.co/api/models/{model}/revision/main` prints the commit "
+        'of main as "sha"'
+    )
+    if not _COMMIT.fullmatch(cfg.model_revision):
+        return [
+            f"{key} = {cfg.model_revision!r} is not a commit: use the 40-hex-character commit "
+            f"(a branch or tag moves, and a re-run would stage other weights); {find}"
+        ]
+    other_model = valid_id and cfg.model_id != pins.STAGING_MODEL_ID
+    if other_model and "model_revision" not in cfg.model_fields_set:
+        return [
+            f"{key} is not set but {CONFIG_KEY}.modelId is {cfg.model_id!r}: the default revision "
+            f"is a commit of {pins.STAGING_MODEL_ID}; set the commit of your model ({find})"
+        ]
+    return []
+
+
+def _timeout_problems(cfg: StagingConfig) -> list[str]:
+    if MIN_TIMEOUT_MINUTES <= cfg.timeout_minutes <= MAX_TIMEOUT_MINUTES:
+        return []
+    return [
+        f"{CONFIG_KEY}.timeoutMinutes = {cfg.timeout_minutes} is out of range: use "
+        f"{MIN_TIMEOUT_MINUTES} to {MAX_TIMEOUT_MINUTES} minutes (the image pull alone takes "
+        "minutes; a 66 GB model needs about an hour on a slow link)"
+    ]
+
+
+@dataclass(frozen=True)
+class ModelStagingArgs:
+    staging: StagingConfig  # what to stage (the `verl-gke:staging` config)
+    namespace: pulumi.Input[str]  # namespace of the PVC, service account and Secret
+    # Kubernetes service account with read-write access to the bucket (workload identity).
+    service_account: pulumi.Input[str]
+    # Where the Job may run: the CPU system pool (Standard) or a general-purpose compute class
+    # (Autopilot); default: none. Never a GPU node: GPU selectors and tolerations are refused.
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    # Kubernetes tolerations as plain data, camelCase keys (`key`, `operator`, `value`,
+    # `effect`, `tolerationSeconds`); default: none.
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    pvc_name: pulumi.Input[str] = "training-bucket-pvc"  # the GCS FUSE claim, mounted at /data
+    hf_secret_name: pulumi.Input[str] = "hf-secret"  # Secret holding the Hugging Face token
+    hf_secret_key: pulumi.Input[str] = "hf_api_token"  # its key
+    image: str = pins.STAGING_IMAGE  # needs python3, git, verl's imports and huggingface_hub
+
+
+class ModelStaging(pulumi.ComponentResource):
+    """The staging Job, or nothing when `staging.skip`; the bucket paths it fills either way."""
+
+    job: k8s.batch.v1.Job | None
+    job_name: pulumi.Output[str | None]  # None when staging is skipped
+    model_path: str
+    verl_path: str
+    train_files: str
+    val_files: str
+    marker_path: str
+
+    def __init__(
+        self, name: str, args: ModelStagingArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        """`opts` must carry the cluster's Kubernetes provider (`providers=` or `provider=`).
+
+        Pass the storage's outputs (namespace, service account, PVC name) so the Job waits for
+        them, or list the storage component in `opts.depends_on`.
+        """
+        problems = _args_problems(name, args)
+        if problems:
+            raise ValueError(f"ModelStaging {name!r}: " + "; ".join(problems))
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        self.model_path = model_path(args.staging.model_id)
+        self.verl_path = VERL_PATH
+        self.train_files = TRAIN_FILES
+        self.val_files = VAL_FILES
+        self.marker_path = MARKER_PATH
+        self.job = None if args.staging.skip else self._job(name, args)
+        self.job_name = self.job.metadata.name if self.job else pulumi.Output.from_input(None)
+        self.register_outputs(
+            {
+                "jobName": self.job_name,
+                "modelPath": self.model_path,
+                "verlPath": self.verl_path,
+                "trainFiles": self.train_files,
+                "valFiles": self.val_files,
+                "markerPath": self.marker_path,
+            }
+        )
+
+    def _job(self, name: str, args: ModelStagingArgs) -> k8s.batch.v1.Job:
+        script = SCRIPT.read_text()
+        env = staging_env(args.staging)
+        digest = _digest(env, script)
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-script",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{name}-script-{digest}", namespace=args.namespace, labels=LABELS
+            ),
+            data={SCRIPT.name: script},
+            immutable=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        timeout = args.staging.timeout_minutes
+        return k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=f"{name}-{digest}",
+                namespace=args.namespace,
+                labels=LABELS,
+                # A Job that failed is never ready; without this the next `pulumi up` would
+                # wait on it again instead of running a new one.
+                annotations={"pulumi.com/replaceUnready": "true"},
+            ),
+            spec=k8s.batch.v1.JobSpecArgs(
+                backoff_limit=BACKOFF_LIMIT,
+                active_deadline_seconds=timeout * 60,
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        labels=LABELS, annotations=SIDECAR_ANNOTATIONS
+                    ),
+                    spec=_pod_spec(args, env, config_map.metadata.name),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=f"{timeout + AWAIT_MARGIN_MINUTES}m",
+                    update=f"{timeout + AWAIT_MARGIN_MINUTES}m",
+                ),
+                # Jobs are immutable, so any change replaces this one. Delete first: two staging
+                # pods must never write the same paths at once (an old one may still be running
+                # if an earlier `pulumi up` was interrupted).
+                delete_before_replace=True,
+            ),
+        )
+
+
+def staging_env(cfg: StagingConfig) -> dict[str, str]:
+    """stage.py's settings (its ENV), all but the token, which comes from the Secret."""
+    return {
+        "STAGING_VERL_REPO": pins.VERL_REPO,
+        "STAGING_VERL_REF": pins.VERL_REF,
+        "STAGING_VERL_DIR": VERL_PATH,
+        "STAGING_GSM8K_DIR": GSM8K_PATH,
+        "STAGING_MODEL_ID": cfg.model_id,
+        "STAGING_MODEL_REVISION": cfg.model_revision,
+        "STAGING_MODEL_DIR": model_path(cfg.model_id),
+        "STAGING_MARKER": MARKER_PATH,
+        "STAGING_WORK_DIR": WORK_PATH,
+    }
+
+
+def _digest(env: Mapping[str, str], script: str) -> str:
+    payload = json.dumps({"env": dict(env), "script": script}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:10]
+
+
+def _pod_spec(
+    args: ModelStagingArgs, env: Mapping[str, str], script_config_map: pulumi.Input[str]
+) -> k8s.core.v1.PodSpecArgs:
+    token = k8s.core.v1.EnvVarArgs(
+        name="HF_TOKEN",
+        value_from=k8s.core.v1.EnvVarSourceArgs(
+            secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
+                name=args.hf_secret_name, key=args.hf_secret_key
+            )
+        ),
+    )
+    container = k8s.core.v1.ContainerArgs(
+        name="stage",
+        image=args.image,
+        # Set explicitly: the image's entrypoint is vLLM's API server.
+        command=["python3", f"{SCRIPT_MOUNT}/{SCRIPT.name}"],
+        env=[
+            *(k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()),
+            k8s.core.v1.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"),
+            token,
+        ],
+        resources=k8s.core.v1.ResourceRequirementsArgs(**CONTAINER_RESOURCES),
+        volume_mounts=[
+            k8s.core.v1.VolumeMountArgs(name="bucket", mount_path=DATA_MOUNT),
+            k8s.core.v1.VolumeMountArgs(name="script", mount_path=SCRIPT_MOUNT, read_only=True),
+        ],
+    )
+    return k8s.core.v1.PodSpecArgs(
+        service_account_name=args.service_account,
+        # Never, not OnFailure: a failed pod is replaced (the Job counts it against
+        # backoffLimit) and the gcsfuse sidecar ends with the pod.
+        restart_policy="Never",
+        node_selector=dict(args.node_selector) or None,
+        tolerations=[_toleration(t) for t in args.tolerations] or None,
+        containers=[container],
+        volumes=[
+            k8s.core.v1.VolumeArgs(
+                name="bucket",
+                persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
+                    claim_name=args.pvc_name
+                ),
+            ),
+            k8s.core.v1.VolumeArgs(
+                name="script",
+                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=script_config_map),
+            ),
+        ],
+    )
+
+
+_TOLERATION_FIELDS = {
+    "key": "key",
+    "operator": "operator",
+    "value": "value",
+    "effect": "effect",
+    "tolerationSeconds": "toleration_seconds",
+}
+
+
+def _toleration(raw: Mapping[str, Any]) -> k8s.core.v1.TolerationArgs:
+    return k8s.core.v1.TolerationArgs(**{_TOLERATION_FIELDS[k]: v for k, v in raw.items()})
+
+
+def _args_problems(name: str, args: ModelStagingArgs) -> list[str]:
+    problems = []
+    if not _K8S_NAME.fullmatch(name) or len(name) > _MAX_NAME:
+        problems.append(
+            f"name {name!r} must be a Kubernetes name of at most {_MAX_NAME} characters "
+            "(lowercase letters, digits, '-'): the Job is named `<name>-<digest>`"
+        )
+    if _GPU_NODE_LABEL in args.node_selector:
+        problems.append(
+            f"node_selector selects GPU nodes ({_GPU_NODE_LABEL}): staging runs on CPU nodes"
+        )
+    for raw in args.tolerations:
+        unknown = sorted(set(raw) - set(_TOLERATION_FIELDS))
+        if unknown:
+            problems.append(f"toleration {dict(raw)} has unknown fields {unknown}")
+        tolerates_everything = not raw.get("key") and raw.get("operator") == "Exists"
+        if raw.get("key") == _GPU_RESOURCE or tolerates_everything:
+            problems.append(
+                f"toleration {dict(raw)} would let the Job onto GPU nodes: staging runs on CPU "
+                "nodes; pass the system pool's tolerations only"
+            )
+    return problems

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Stage verl's source, GSM8K and a Hugging Face model into the training bucket, idempotently.
+
+The staging Job (components/model_staging.py) runs this with the bucket mounted through GCS FUSE.
+Three steps, in order, each skipped when the marker file already records the values it would
+stage and its destination exists:
+
+  verl   clone the repository, check out the pinned ref, copy the tree (without .git)
+  gsm8k  run verl's own examples/data_preprocess/gsm8k.py from the staged checkout
+  model  huggingface_hub.snapshot_download at the pinned revision, with hf_transfer
+
+A step builds its result in a scratch directory under the work directory, on the same mount, and
+renames it into place only when it is complete. Its marker entry is removed before an old result
+is touched and written back only after the rename, so a destination the marker vouches for is
+always whole, and a half-filled one is rebuilt on the next run. The model's scratch directory
+survives a failed attempt, so a Job retry resumes the download instead of restarting 66 GB.
+The verl step replaces only the entries it stages, so what the training job writes under
+/data/verl (checkpoints) survives a new ref; nothing else of the bucket is ever touched.
+
+Everything comes from environment variables (ENV below), so tests can point the clone, the
+dataset and the hub at local fixtures. Plain Python 3 standard library, plus git, verl's
+dependencies and huggingface_hub from the image. Nothing here prints the Hugging Face token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+# Settings field -> environment variable. Every one is required except the GSM8K source.
+ENV = {
+    "verl_repo": "STAGING_VERL_REPO",
+    "verl_ref": "STAGING_VERL_REF",
+    "verl_dir": "STAGING_VERL_DIR",
+    "gsm8k_dir": "STAGING_GSM8K_DIR",
+    "model_id": "STAGING_MODEL_ID",
+    "model_revision": "STAGING_MODEL_REVISION",
+    "model_dir": "STAGING_MODEL_DIR",
+    "marker": "STAGING_MARKER",
+    "work_dir": "STAGING_WORK_DIR",
+}
+# A local copy of GSM8K for verl's `--local_dataset_path`; unset, verl's script reads
+# openai/gsm8k from the Hub.
+GSM8K_SOURCE_ENV = "STAGING_GSM8K_SOURCE"
+REQUIRED_ENV = tuple(ENV.values())
+
+GSM8K_FILES = ("train.parquet", "test.parquet")
+
+# Files fetched at once. hf_transfer already splits each file over many connections, so four
+# files keep the link busy; the bound matters because hf_transfer writes each file out of order,
+# which makes gcsfuse stage it whole on the sidecar's disk until it is closed (four shards of
+# about 4 GB each for Qwen2.5-32B: the sidecar's ephemeral storage is sized for that).
+MODEL_DOWNLOAD_WORKERS = 4
+
+
+class StagingError(RuntimeError):
+    """A step could not produce what it promised."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    verl_repo: str
+    verl_ref: str
+    verl_dir: Path
+    gsm8k_dir: Path
+    gsm8k_source: str | None
+    model_id: str
+    model_revision: str
+    model_dir: Path
+    marker: Path
+    work_dir: Path
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    dest: Path
+    wanted: dict[str, str]  # what the marker records once `dest` holds this result
+    build: Callable[[Path], None]  # fills the scratch directory it is given
+    resumable: bool = False  # keep a failed attempt's scratch directory for the next try
+    # Replace only the entries the build has, leaving whatever else is in `dest` in place.
+    keep_foreign: bool = False
+
+    @property
+    def scratch_name(self) -> str:
+        # Keyed by the wanted values, so a resumed attempt never mixes two revisions.
+        digest = hashlib.sha256(json.dumps(self.wanted, sort_keys=True).encode()).hexdigest()
+        return f"{self.name}-{digest[:12]}"
+
+
+def log(message: str) -> None:
+    print(f"[stage] {message}", flush=True)
+
+
+def settings_from_env(env: Mapping[str, str]) -> Settings:
+    missing = [name for name in REQUIRED_ENV if not env.get(name)]
+    if missing:
+        raise SystemExit(f"[stage] missing environment variables: {', '.join(missing)}")
+    value = {field: env[name] for field, name in ENV.items()}
+    return Settings(
+        verl_repo=value["verl_repo"],
+        verl_ref=value["verl_ref"],
+        verl_dir=Path(value["verl_dir"]),
+        gsm8k_dir=Path(value["gsm8k_dir"]),
+        gsm8k_source=env.get(GSM8K_SOURCE_ENV) or None,
+        model_id=value["model_id"],
+        model_revision=value["model_revision"],
+        model_dir=Path(value["model_dir"]),
+        marker=Path(value["marker"]),
+        work_dir=Path(value["work_dir"]),
+    )
+
+
+def plan(s: Settings) -> list[Step]:
+    return [
+        Step(
+            "verl",
+            s.verl_dir,
+            {"repo": s.verl_repo, "ref": s.verl_ref},
+            lambda scratch: clone_verl(s, scratch),
+            # The training job checkpoints to /data/verl/checkpoints (the tutorial's layout) and
+            # `pip install -e` writes verl.egg-info there: a new ref must not delete them.
+            keep_foreign=True,
+        ),
+        # verl's script at that ref defines the rows, so a new ref re-runs it.
+        Step(
+            "gsm8k",
+            s.gsm8k_dir,
+            {"verlRef": s.verl_ref, "datasetPath": s.gsm8k_source or ""},
+            lambda scratch: preprocess_gsm8k(s, scratch),
+        ),
+        Step(
+            "model",
+            s.model_dir,
+            {"id": s.model_id, "revision": s.model_revision},
+            lambda scratch: download_model(s, scratch),
+            resumable=True,
+        ),
+    ]
+
+
+def git(*args: str) -> str:
+    done = subprocess.run(["git", *args], capture_output=True, text=True)
+    if done.returncode != 0:  # git's own message says why (unknown ref, unreachable repo)
+        raise StagingError(f"git {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def clone_verl(s: Settings, scratch: Path) -> None:
+    # Cloned on the container's disk, not the mount: git's lock files, renames and packfiles
+    # are slow and fragile over FUSE. A blobless clone still resolves a short ref such as the
+    # tutorial's; `git fetch <sha>` would need the full 40 characters.
+    with tempfile.TemporaryDirectory() as local:
+        checkout = Path(local) / "verl"
+        git("clone", "--quiet", "--filter=blob:none", "--no-checkout", s.verl_repo, str(checkout))
+        git("-C", str(checkout), "checkout", "--quiet", "--detach", s.verl_ref)
+        log(f"verl: {s.verl_ref} is commit {git('-C', str(checkout), 'rev-parse', 'HEAD')}")
+        shutil.copytree(
+            checkout,
+            scratch,
+            ignore=shutil.ignore_patterns(".git"),
+            symlinks=True,
+            dirs_exist_ok=True,
+        )
+
+
+def preprocess_gsm8k(s: Settings, scratch: Path) -> None:
+    script = s.verl_dir / "examples" / "data_preprocess" / "gsm8k.py"
+    command = [sys.executable, str(script)]
+    if s.gsm8k_source:
+        command += ["--local_dataset_path", s.gsm8k_source]
+    # `import verl` must find the staged checkout, not a verl the image may ship; no .pyc files
+    # written into the bucket.
+    pythonpath = os.pathsep.join(p for p in (str(s.verl_dir), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
+    with tempfile.TemporaryDirectory() as local:
+        subprocess.run([*command, "--local_save_dir", local], check=True, env=env, cwd=local)
+        for name in GSM8K_FILES:
+            produced = Path(local) / name
+            if not produced.is_file():
+                raise StagingError(f"gsm8k: {script} did not write {name}")
+            shutil.copyfile(produced, scratch / name)
+
+
+def download_model(s: Settings, scratch: Path) -> None:
+    # huggingface_hub reads this when it is imported; imported here so that a run with nothing
+    # to download never needs it.
+    os.environ.setdefault("HF_HUB_ENABLE_HF_TRANSFER", "1")
+    from huggingface_hub import snapshot_download
+
+    snapshot_download(
+        repo_id=s.model_id,
+        revision=s.model_revision,
+        local_dir=scratch,
+        token=os.environ.get("HF_TOKEN") or None,
+        max_workers=MODEL_DOWNLOAD_WORKERS,
+    )
+
+
+def read_marker(path: Path) -> dict[str, dict[str, str]]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_marker(path: Path, marker: dict[str, dict[str, str]]) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+    os.replace(partial, path)
+
+
+def clear_stale(work_dir: Path, keep: set[str]) -> None:
+    """Remove what earlier runs left in the work directory, except scratch dirs still wanted."""
+    for entry in work_dir.iterdir():
+        if entry.name in keep:
+            continue
+        log(f"removing leftover {entry}")
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def install(step: Step, built: Path, trash: Path) -> None:
+    """Rename a finished build into place; what it replaces goes to `trash`, then is deleted.
+
+    Only staged content ever reaches `trash`, so a leftover one is safe to delete next run.
+    """
+    trash.mkdir(parents=True, exist_ok=True)
+    if step.keep_foreign and step.dest.exists():
+        for entry in sorted(built.iterdir()):
+            swap(entry, step.dest / entry.name, trash)
+        built.rmdir()
+    else:
+        swap(built, step.dest, trash)
+    shutil.rmtree(trash)
+
+
+def swap(new: Path, target: Path, trash: Path) -> None:
+    if target.exists() or target.is_symlink():
+        target.rename(trash / target.name)
+    new.rename(target)
+
+
+def run_step(step: Step, marker: dict[str, dict[str, str]], s: Settings) -> bool:
+    """Bring one destination up to date; True if it had to be staged."""
+    if marker.get(step.name) == step.wanted and step.dest.exists():
+        log(f"{step.name}: up to date at {step.dest} ({step.wanted})")
+        return False
+    log(f"{step.name}: staging {step.wanted} into {step.dest}")
+    scratch = s.work_dir / step.scratch_name
+    if not step.resumable:
+        shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    step.build(scratch)
+    if marker.pop(step.name, None) is not None:
+        write_marker(s.marker, marker)
+    install(step, scratch, s.work_dir / f"{step.name}.old")
+    marker[step.name] = step.wanted
+    write_marker(s.marker, marker)
+    log(f"{step.name}: done")
+    return True
+
+
+def main(env: Mapping[str, str] = os.environ) -> int:
+    s = settings_from_env(env)
+    steps = plan(s)
+    s.work_dir.mkdir(parents=True, exist_ok=True)
+    clear_stale(s.work_dir, {step.scratch_name for step in steps})
+    marker = read_marker(s.marker)
+    staged = [step.name for step in steps if run_step(step, marker, s)]
+    log(f"staged: {', '.join(staged)}" if staged else "nothing to do: the bucket is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
