@@ -8,6 +8,7 @@ Sources: the tutorial (../shared/reference/TUTORIAL.md, "Hardware targets", "Ver
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -68,49 +69,36 @@ class HardwareProfile:
     head: PodShape
 
 
-_A4_A3U_WORKER = PodShape(cpu="220", memory="2800Gi", ephemeral_storage="1000Gi")
-_A4_A3U_HEAD = PodShape(cpu="12", memory="32G", ephemeral_storage="9Gi")
+_A4 = HardwareProfile(
+    target=Target.A4,
+    gpu_type="nvidia-b200",
+    machine_type="a4-highgpu-8g",
+    gpus_per_node=8,
+    rdma_nics=8,
+    arch=Arch.AMD64,
+    networking=NodeNetworking.RDMA_VPC,
+    default_nodes=2,
+    max_nodes=10,
+    autopilot_supported=True,
+    local_ssd_count=32,
+    boot_disk_type="hyperdisk-balanced",
+    nccl_tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb",
+    ray_version="2.47.0",
+    worker=PodShape(cpu="220", memory="2800Gi", ephemeral_storage="1000Gi"),
+    worker_ray_cpus=220,
+    shm_size="250Gi",
+    head=PodShape(cpu="12", memory="32G", ephemeral_storage="9Gi"),
+)
 
 PROFILES: dict[Target, HardwareProfile] = {
-    Target.A4: HardwareProfile(
-        target=Target.A4,
-        gpu_type="nvidia-b200",
-        machine_type="a4-highgpu-8g",
-        gpus_per_node=8,
-        rdma_nics=8,
-        arch=Arch.AMD64,
-        networking=NodeNetworking.RDMA_VPC,
-        default_nodes=2,
-        max_nodes=10,
-        autopilot_supported=True,
-        local_ssd_count=32,
-        boot_disk_type="hyperdisk-balanced",
-        nccl_tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb",
-        ray_version="2.47.0",
-        worker=_A4_A3U_WORKER,
-        worker_ray_cpus=220,
-        shm_size="250Gi",
-        head=_A4_A3U_HEAD,
-    ),
-    Target.A3_ULTRA: HardwareProfile(
+    Target.A4: _A4,
+    # The tutorial runs A3 Ultra with A4's manifests: same shape, its own GPU and NCCL tuner.
+    Target.A3_ULTRA: dataclasses.replace(
+        _A4,
         target=Target.A3_ULTRA,
         gpu_type="nvidia-h200-141gb",
         machine_type="a3-ultragpu-8g",
-        gpus_per_node=8,
-        rdma_nics=8,
-        arch=Arch.AMD64,
-        networking=NodeNetworking.RDMA_VPC,
-        default_nodes=2,
-        max_nodes=10,
-        autopilot_supported=True,
-        local_ssd_count=32,
-        boot_disk_type="hyperdisk-balanced",
         nccl_tuner_config="/usr/local/gib/configs/tuner_config_a3u.txtpb",
-        ray_version="2.47.0",
-        worker=_A4_A3U_WORKER,
-        worker_ray_cpus=220,
-        shm_size="250Gi",
-        head=_A4_A3U_HEAD,
     ),
     Target.A4X: HardwareProfile(
         target=Target.A4X,

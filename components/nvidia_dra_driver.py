@@ -23,6 +23,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import pins
+from .helm import pinned_release
 from .hardware import HardwareProfile, NodeNetworking
 
 NAMESPACE = "nvidia-dra-driver-gpu"
@@ -176,7 +177,7 @@ class NvidiaDraDriver(pulumi.ComponentResource):
         self.rdma_template = _rdma_template(name, args.workload_namespace, child)
 
         self.release_name = RELEASE_NAME
-        self.release_version = pins.NVIDIA_DRA_DRIVER_VERSION
+        self.release_version = pins.NVIDIA_DRA_DRIVER.version
         self.rdma_claim_template = self.rdma_template.metadata.name
         # The channel template appears once the driver reconciles the ComputeDomain; tying the
         # name to the ComputeDomain makes the RayCluster wait for it.
@@ -222,17 +223,9 @@ def _release(
     namespace: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
 ) -> k8s.helm.v3.Release:
-    return k8s.helm.v3.Release(
-        f"{name}-release",
-        k8s.helm.v3.ReleaseArgs(
-            name=RELEASE_NAME,
-            chart=pins.NVIDIA_DRA_DRIVER_CHART,
-            version=pins.NVIDIA_DRA_DRIVER_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=pins.NVIDIA_DRA_DRIVER_REPO),
-            namespace=namespace,
-            values=driver_values(profile),
-        ),
-        opts=opts,
+    return pinned_release(
+        f"{name}-release", RELEASE_NAME, pins.NVIDIA_DRA_DRIVER, namespace,
+        driver_values(profile), opts,
     )
 
 

@@ -6,7 +6,16 @@ one diff; nothing else in the program names a version, a tag or a commit.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .hardware import Arch
+
+
+@dataclass(frozen=True)
+class HelmChart:
+    chart: str
+    repo: str
+    version: str  # an exact release, never a range
 
 # verl container images, per CPU architecture. The tutorial uses the floating tag
 # `vllm011.latest` on amd64 (ANCHORS defect 4). `vllm011.dev7` is the last vllm 0.11 build
@@ -40,9 +49,9 @@ NCCL_INSTALLER_A4X = f"{_INSTALLER_BASE}/nccl-rdma-installer-a4x.yaml"
 
 # NVIDIA DRA driver (ComputeDomain / IMEX channels on A4X). 25.3.1 is the tutorial's version and
 # inside the 25.3.x line Cluster Toolkit's gke-a4x blueprint pins.
-NVIDIA_DRA_DRIVER_CHART = "nvidia-dra-driver-gpu"
-NVIDIA_DRA_DRIVER_REPO = "https://helm.ngc.nvidia.com/nvidia"
-NVIDIA_DRA_DRIVER_VERSION = "25.3.1"
+NVIDIA_DRA_DRIVER = HelmChart(
+    chart="nvidia-dra-driver-gpu", repo="https://helm.ngc.nvidia.com/nvidia", version="25.3.1"
+)
 
 # --- VerlRayCluster (components/verl_ray_cluster.py) ---
 # KubeRay operator for A4X, where the GKE Ray add-on is not used (the tutorial installs the
@@ -51,9 +60,9 @@ NVIDIA_DRA_DRIVER_VERSION = "25.3.1"
 # `kuberay/kuberay-operator --version 1.7.0`), and its RayCluster CRD is byte-identical to the
 # one the tests validate against (../shared/schemas/crds/, kuberay feeaf72), so what the tests
 # accept is what this operator serves. The chart's default operator image is v1.7.0 too.
-KUBERAY_OPERATOR_CHART = "kuberay-operator"
-KUBERAY_OPERATOR_REPO = "https://ray-project.github.io/kuberay-helm/"
-KUBERAY_OPERATOR_VERSION = "1.7.0"
+KUBERAY_OPERATOR = HelmChart(
+    chart="kuberay-operator", repo="https://ray-project.github.io/kuberay-helm/", version="1.7.0"
+)
 
 # TransferQueue, installed in the A4X Ray pods by the tutorial's postStart hook.
 TRANSFER_QUEUE_VERSION = "0.1.8"

@@ -54,29 +54,9 @@ class RdmaNetworks(pulumi.ComponentResource):
         super().__init__("verl-gke:index:RdmaNetworks", name, None, opts)
         self._name = name
         self._args = args
-        child = pulumi.ResourceOptions(parent=self)
 
-        self.gvnic_network = gcp.compute.Network(
-            f"{name}-gvnic",
-            gcp.compute.NetworkArgs(
-                name=f"{args.gvnic_prefix}-net",
-                project=args.project,
-                auto_create_subnetworks=False,
-                mtu=MTU,
-            ),
-            opts=child,
-        )
-        self.gvnic_subnet = gcp.compute.Subnetwork(
-            f"{name}-gvnic-sub",
-            gcp.compute.SubnetworkArgs(
-                name=f"{args.gvnic_prefix}-sub",
-                project=args.project,
-                region=args.region,
-                network=self.gvnic_network.id,
-                ip_cidr_range=GVNIC_CIDR,
-            ),
-            opts=child,
-        )
+        self.gvnic_network = self._vpc("gvnic", args.gvnic_prefix, profile=None)
+        self.gvnic_subnet = self._subnet("gvnic-sub", f"{args.gvnic_prefix}-sub", self.gvnic_network, GVNIC_CIDR)
         gcp.compute.Firewall(
             f"{name}-gvnic-internal",
             gcp.compute.FirewallArgs(
@@ -90,36 +70,17 @@ class RdmaNetworks(pulumi.ComponentResource):
                 ],
                 source_ranges=[GVNIC_FIREWALL_SOURCE],
             ),
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        self.rdma_network = gcp.compute.Network(
-            f"{name}-rdma",
-            gcp.compute.NetworkArgs(
-                name=f"{args.rdma_prefix}-net",
-                project=args.project,
-                auto_create_subnetworks=False,
-                mtu=MTU,
-                # The RoCE profile must be given as a full URL (Cluster Toolkit gpu-rdma-vpc);
-                # it pins the VPC to the zone whose RDMA fabric the nodes sit on.
-                network_profile=(
-                    f"https://www.googleapis.com/compute/beta/projects/{args.project}"
-                    f"/global/networkProfiles/{args.zone}-vpc-roce"
-                ),
-            ),
-            opts=child,
+        # The RoCE profile must be given as a full URL (Cluster Toolkit gpu-rdma-vpc); it pins
+        # the VPC to the zone whose RDMA fabric the nodes sit on.
+        roce_profile = (
+            f"https://www.googleapis.com/compute/beta/projects/{args.project}"
+            f"/global/networkProfiles/{args.zone}-vpc-roce"
         )
+        self.rdma_network = self._vpc("rdma", args.rdma_prefix, profile=roce_profile)
         self.rdma_subnets = [
-            gcp.compute.Subnetwork(
-                f"{name}-rdma-sub-{n}",
-                gcp.compute.SubnetworkArgs(
-                    name=f"{args.rdma_prefix}-sub-{n}",
-                    project=args.project,
-                    region=args.region,
-                    network=self.rdma_network.id,
-                    ip_cidr_range=rdma_cidr(n),
-                ),
-                opts=child,
-            )
+            self._subnet(f"rdma-sub-{n}", f"{args.rdma_prefix}-sub-{n}", self.rdma_network, rdma_cidr(n))
             for n in range(args.nic_count)
         ]
 
@@ -133,6 +94,34 @@ class RdmaNetworks(pulumi.ComponentResource):
                 "rdmaNetwork": self.rdma_network.name,
                 "podNetworks": self.pod_networks,
             }
+        )
+
+    def _vpc(self, role: str, prefix: str, profile: str | None) -> gcp.compute.Network:
+        return gcp.compute.Network(
+            f"{self._name}-{role}",
+            gcp.compute.NetworkArgs(
+                name=f"{prefix}-net",
+                project=self._args.project,
+                auto_create_subnetworks=False,
+                mtu=MTU,
+                network_profile=profile,
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    def _subnet(
+        self, role: str, subnet_name: str, network: gcp.compute.Network, cidr: str
+    ) -> gcp.compute.Subnetwork:
+        return gcp.compute.Subnetwork(
+            f"{self._name}-{role}",
+            gcp.compute.SubnetworkArgs(
+                name=subnet_name,
+                project=self._args.project,
+                region=self._args.region,
+                network=network.id,
+                ip_cidr_range=cidr,
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
         )
 
     def map_into_cluster(self, provider: k8s.Provider) -> list[pulumi.Resource]:

@@ -30,6 +30,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import pins
+from .helm import pinned_release
 from .config import ClusterMode
 from .hardware import Arch, HardwareProfile, NodeNetworking, PodShape, Target
 
@@ -534,17 +535,9 @@ def operator_values(namespace: str) -> dict[str, Any]:
 def _operator_release(
     name: str, namespace: str, opts: pulumi.ResourceOptions
 ) -> k8s.helm.v3.Release:
-    return k8s.helm.v3.Release(
-        f"{name}-kuberay-operator",
-        k8s.helm.v3.ReleaseArgs(
-            name="kuberay-operator",
-            chart=pins.KUBERAY_OPERATOR_CHART,
-            version=pins.KUBERAY_OPERATOR_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=pins.KUBERAY_OPERATOR_REPO),
-            namespace=namespace,
-            values=operator_values(namespace),
-        ),
-        opts=opts,
+    return pinned_release(
+        f"{name}-kuberay-operator", "kuberay-operator", pins.KUBERAY_OPERATOR, namespace,
+        operator_values(namespace), opts,
     )
 
 

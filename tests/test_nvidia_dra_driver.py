@@ -138,7 +138,7 @@ def test_driver_release_is_the_pinned_chart_in_its_namespace(recording):
     assert inputs["name"] == "nvidia-dra-driver-gpu"
     assert inputs["chart"] == "nvidia-dra-driver-gpu"
     assert inputs["repositoryOpts"] == {"repo": "https://helm.ngc.nvidia.com/nvidia"}
-    assert inputs["version"] == pins.NVIDIA_DRA_DRIVER_VERSION
+    assert inputs["version"] == pins.NVIDIA_DRA_DRIVER.version
     assert inputs["version"].startswith("25.3.")
     assert inputs["namespace"] == "nvidia-dra-driver-gpu"
     assert inputs["values"] == driver_values(A4X)
@@ -179,7 +179,7 @@ def test_outputs_name_the_namespace_release_and_claim_templates(recording):
     assert recording.plain_outputs() == {
         "namespace": "nvidia-dra-driver-gpu",
         "release_name": "nvidia-dra-driver-gpu",
-        "release_version": pins.NVIDIA_DRA_DRIVER_VERSION,
+        "release_version": pins.NVIDIA_DRA_DRIVER.version,
         "rdma_claim_template": "verl-rdma-nic",
         "compute_domain_claim_template": "verl-compute-domain-channel",
     }

@@ -461,9 +461,9 @@ def test_helm_operator_is_pinned_and_scoped_to_the_namespace():
     assert release.parent == recording.one(COMPONENT, "ray").urn
     inputs = release.plain_inputs
     assert inputs["name"] == "kuberay-operator"
-    assert inputs["chart"] == pins.KUBERAY_OPERATOR_CHART == "kuberay-operator"
+    assert inputs["chart"] == pins.KUBERAY_OPERATOR.chart == "kuberay-operator"
     assert inputs["repositoryOpts"] == {"repo": "https://ray-project.github.io/kuberay-helm/"}
-    assert inputs["version"] == pins.KUBERAY_OPERATOR_VERSION
+    assert inputs["version"] == pins.KUBERAY_OPERATOR.version
     assert re.fullmatch(r"\d+\.\d+\.\d+", inputs["version"])  # an exact release, not a range
     assert inputs["namespace"] == "verl"
     assert inputs["values"] == {"singleNamespaceInstall": True, "watchNamespace": ["verl"]}
