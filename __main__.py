@@ -12,6 +12,8 @@ from components import config
 from components.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.grpo_job import GrpoJob, GrpoJobArgs
+from components.grpo_run import checkpoint_uri
 from components.hardware import NodeNetworking
 from components.model_staging import ModelStaging, ModelStagingArgs
 from components.nccl_installer import NcclInstaller, NcclInstallerArgs
@@ -148,13 +150,28 @@ ray = VerlRayCluster(
     ),
 )
 
+# The final resource: the training run, once the RayCluster is ready and the bucket is filled.
+job = GrpoJob(
+    "grpo",
+    GrpoJobArgs(
+        run=cfg.run,
+        profile=hw,
+        nodes=cfg.nodes,
+        checkpoint_uri=storage.bucket_url.apply(checkpoint_uri),
+        namespace=cfg.namespace,
+        head_service=ray.head_service,
+        kubeconfig=gke.kubeconfig,
+    ),
+    opts=pulumi.ResourceOptions(depends_on=[staging]),
+)
+
 pulumi.export("clusterName", gke.name)
 pulumi.export("clusterLocation", gke.location)
 pulumi.export("clusterEndpoint", gke.endpoint)
 pulumi.export("kubeconfig", gke.kubeconfig)
 pulumi.export("bucketName", storage.bucket_name)
 pulumi.export("bucketUrl", storage.bucket_url)
-pulumi.export("checkpointUri", storage.checkpoint_uri)
+pulumi.export("checkpointUri", job.checkpoint_uri)
 pulumi.export(
     "hardware",
     {
@@ -174,6 +191,18 @@ pulumi.export(
         "headService": ray.head_service,
         "dashboardPort": ray.dashboard_port,
         "workerReplicas": ray.worker_replicas,
+    },
+)
+pulumi.export(
+    "job",
+    {
+        "submissionId": job.submission_id,
+        "status": job.status,
+        "startTime": job.start_time,
+        "endTime": job.end_time,
+        "dashboardPath": job.dashboard_path,
+        "entrypoint": job.entrypoint,
+        "metrics": job.metrics,
     },
 )
 pulumi.export(

@@ -29,7 +29,7 @@ from pydantic.alias_generators import to_camel
 from .grpo_run import GrpoRunConfig, run_problems
 from .gpu_node_pool import Capacity
 from .hardware import HardwareProfile, NodeNetworking, Target, profile
-from .model_staging import StagingConfig, staging_problems
+from .model_staging import StagingConfig, model_path, staging_problems
 
 NAMESPACE = "verl-gke"
 
@@ -136,6 +136,13 @@ class StackConfig(BaseModel):
     @property
     def bucket(self) -> str:
         return self.bucket_name or f"{self.cluster_name}-{self.project}"
+
+    @property
+    def run(self) -> GrpoRunConfig:
+        """The job's config; its model path follows the staged model unless set explicitly."""
+        if "model_path" in self.job.model_fields_set:
+            return self.job
+        return self.job.model_copy(update={"model_path": model_path(self.staging.model_id)})
 
     @property
     def exclusion_start(self) -> str:
@@ -302,6 +309,6 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             "bucket you filled yourself"
         )
     if nodes_ok:  # the run's checks divide by the GPU count
-        problems += run_problems(config.job, hw, config.nodes)
+        problems += run_problems(config.run, hw, config.nodes)
     problems += staging_problems(config.staging)
     return problems

@@ -22,7 +22,6 @@ PVC_NAME = "training-bucket-pvc"
 HF_SECRET_NAME = "hf-secret"
 HF_SECRET_KEY = "hf_api_token"
 CAPACITY = "768Gi"  # nominal: GCS has no size, but PV and PVC must agree on one
-CHECKPOINT_PREFIX = "verl/checkpoints"
 
 # The tutorial's gcsfuse options: caches without expiry (the bucket is written only by this
 # cluster), an unlimited file cache with parallel downloads for the 66 GB model, streaming writes
@@ -77,7 +76,6 @@ class GcsFuseStorage(pulumi.ComponentResource):
     bucket: gcp.storage.Bucket
     bucket_name: pulumi.Output[str]
     bucket_url: pulumi.Output[str]
-    checkpoint_uri: pulumi.Output[str]
     pvc_name: pulumi.Output[str]
     service_account: pulumi.Output[str]
 
@@ -132,14 +130,12 @@ class GcsFuseStorage(pulumi.ComponentResource):
 
         self.bucket_name = self.bucket.name
         self.bucket_url = self.bucket.url
-        self.checkpoint_uri = self.bucket.url.apply(lambda url: f"{url}/{CHECKPOINT_PREFIX}")
         self.pvc_name = claim.metadata.name
         self.service_account = account.metadata.name
         self.register_outputs(
             {
                 "bucketName": self.bucket_name,
                 "bucketUrl": self.bucket_url,
-                "checkpointUri": self.checkpoint_uri,
                 "pvcName": self.pvc_name,
                 "serviceAccount": self.service_account,
             }

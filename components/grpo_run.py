@@ -76,7 +76,8 @@ class GrpoRunConfig(BaseModel):
     learning_rate: float = Field(1e-5, gt=0, description="actor_rollout_ref.actor.optim.lr.")
     ppo_mini_batch_size: int | None = Field(
         None, gt=0,
-        description="actor_rollout_ref.actor.ppo_mini_batch_size; default: 256 (a4, a3u), 64 (a4x).",
+        description="actor_rollout_ref.actor.ppo_mini_batch_size; "
+        "default: 256 (a4, a3u), 64 (a4x).",
     )
     ppo_micro_batch_size_per_gpu: int | None = Field(
         None, gt=0,

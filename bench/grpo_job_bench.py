@@ -1,0 +1,105 @@
+"""Benchmark: GrpoJob provider create -> RUNNING against Ray's own ways of doing the same.
+
+Three ways to submit one job and wait until Ray reports it RUNNING, on one private local Ray
+head (tests/local_ray.py), with the same entrypoint:
+- the provider's `create` with waitFor=running (default request policy; includes its final
+  status and log read, as `pulumi up` would);
+- the tutorial's way: `ray job submit --no-wait`, then `ray job status` polled through the CLI;
+- raw `JobSubmissionClient.submit_job` and `get_job_status` calls.
+Each is repeated a few times; medians and the provider's ratio to each are printed. Every job
+is stopped before the next one starts so they never compete for the head.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from components.grpo_job import PROVIDER_VERSION, GrpoJobProvider
+from tests.local_ray import RAY, LocalRay, local_ray
+
+REPETITIONS = 5
+POLL_S = 0.25  # the CLI and raw loops poll as often as the provider's first poll
+TRAINER = Path(__file__).resolve().parent.parent / "tests" / "fakes" / "verl_trainer.py"
+ENTRYPOINT = f"{sys.executable} {TRAINER} --steps 30 --sleep 1"
+
+
+def _provider(ray: LocalRay, submission_id: str) -> None:
+    GrpoJobProvider().create({
+        "submission_id": submission_id,
+        "entrypoint": ENTRYPOINT,
+        "runtime_env": {"env_vars": {}},
+        "metadata": {},
+        "wait_for": "running",
+        "timeout_s": 120,
+        "access": {"address": ray.dashboard_url},
+        "checkpoint_uri": "gs://bench/verl/checkpoints",
+        "version": PROVIDER_VERSION,
+    })
+
+
+def _cli(ray: LocalRay, submission_id: str) -> None:
+    address = ["--address", ray.dashboard_url]
+    subprocess.run(
+        [RAY, "job", "submit", *address, "--submission-id", submission_id, "--no-wait", "--",
+         *ENTRYPOINT.split()],
+        check=True, capture_output=True,
+    )
+    while "RUNNING" not in subprocess.run(
+        [RAY, "job", "status", *address, submission_id], check=True, capture_output=True,
+        text=True,
+    ).stdout:
+        time.sleep(POLL_S)
+
+
+def _raw_client(ray: LocalRay, submission_id: str) -> None:
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(ray.dashboard_url)
+    client.submit_job(entrypoint=ENTRYPOINT, submission_id=submission_id)
+    while client.get_job_status(submission_id) != JobStatus.RUNNING:
+        time.sleep(POLL_S)
+
+
+def _time(ray: LocalRay, way: Callable[[LocalRay, str], None]) -> list[float]:
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(ray.dashboard_url)
+    timings = []
+    for _ in range(REPETITIONS):
+        submission_id = f"bench-{uuid.uuid4().hex[:10]}"
+        started = time.perf_counter()
+        way(ray, submission_id)
+        timings.append(time.perf_counter() - started)
+        client.stop_job(submission_id)
+        while not client.get_job_status(submission_id).is_terminal():
+            time.sleep(POLL_S)
+    return timings
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="grpo-bench-") as temp, local_ray(Path(temp)) as ray:
+        _time(ray, _raw_client)  # warm-up: the first job on a fresh head pays worker start-up
+        results = {
+            "provider create -> RUNNING": _time(ray, _provider),
+            "ray CLI submit --no-wait + status polling": _time(ray, _cli),
+            "raw JobSubmissionClient": _time(ray, _raw_client),
+        }
+    print(f"GrpoJob create -> RUNNING, median of {REPETITIONS} (same entrypoint, same local Ray):")
+    medians = {name: statistics.median(times) for name, times in results.items()}
+    for name, median in medians.items():
+        spread = ", ".join(f"{t:.2f}" for t in results[name])
+        print(f"  {name:<45} {median:6.2f} s  ({spread})")
+    provider, cli, raw = medians.values()
+    print(f"  provider / CLI: {provider / cli:.2f}x")
+    print(f"  provider / raw client: {provider / raw:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

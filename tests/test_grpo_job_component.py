@@ -1,0 +1,95 @@
+"""GrpoJob under the mock runtime: what it registers, and that the kubeconfig stays secret."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pytest
+from pulumi.runtime import rpc
+
+from components import grpo_run
+from components.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
+from components.grpo_run import GrpoRunConfig
+from components.hardware import profile
+from tools import mockrun
+
+DYNAMIC_TYPE = "pulumi-python:dynamic/verl-gke:GrpoRun"
+KUBECONFIG = "apiVersion: v1\nkind: Config\n# marker-3f9c\n"
+
+
+def render(run: GrpoRunConfig, target: str = "a4", nodes: int = 2, stack: str = "test"):
+    def program():
+        job = GrpoJob("job", GrpoJobArgs(
+            run=run,
+            profile=profile(target),
+            nodes=nodes,
+            checkpoint_uri="gs://bucket/verl/checkpoints",
+            namespace="verl",
+            head_service="verl-ray-head-svc",
+            kubeconfig=pulumi.Output.secret(KUBECONFIG),
+        ))
+        pulumi.export("submission_id", job.submission_id)
+        pulumi.export("entrypoint", job.entrypoint)
+        pulumi.export("checkpoint_uri", job.checkpoint_uri)
+
+    recording = mockrun.run(program, stack=stack)
+    return recording, recording.one(DYNAMIC_TYPE, "job-run")
+
+
+def test_registers_the_run_under_the_component_with_the_exact_entrypoint():
+    """One dynamic resource `job-run`, child of the GrpoJob, carrying the tutorial command,
+    the target's runtime env and the provider version; the outputs are wired through."""
+    recording, run = render(GrpoRunConfig(), target="a3u")
+    component = recording.one("verl-gke:index:GrpoJob", "job")
+    assert run.parent == component.urn
+    inputs = run.plain_inputs
+    expected = grpo_run.entrypoint(GrpoRunConfig(), profile("a3u"), 2)
+    assert inputs["entrypoint"] == expected
+    assert inputs["runtime_env"] == grpo_run.runtime_env(profile("a3u"), 2)
+    assert inputs["wait_for"] == "running" and inputs["timeout_s"] == 30 * 60
+    assert inputs["version"] == PROVIDER_VERSION
+    assert recording.outputs["entrypoint"] == expected
+    assert recording.outputs["submission_id"] == inputs["submission_id"]
+    assert recording.outputs["checkpoint_uri"] == "gs://bucket/verl/checkpoints"
+
+
+def test_kubeconfig_stays_secret_in_the_registered_inputs():
+    """The kubeconfig reaches the engine inside a secret (the SDK wraps the whole `access`
+    object that holds it), and appears nowhere in plain text."""
+    _, run = render(GrpoRunConfig())
+    assert rpc.is_rpc_secret(run.inputs["access"])
+    assert mockrun.unwrap(run.inputs["access"]) == {
+        "kubeconfig": KUBECONFIG, "namespace": "verl", "service": "verl-ray-head-svc",
+        "port": 8265,
+    }
+    assert "marker-3f9c" not in json.dumps(run.plain_inputs)
+
+
+def test_configured_dashboard_address_replaces_the_port_forward():
+    """With dashboardAddress set, the job carries only that address, no kubeconfig."""
+    _, run = render(GrpoRunConfig(dashboard_address="http://127.0.0.1:8265"))
+    assert run.plain_inputs["access"] == {"address": "http://127.0.0.1:8265"}
+
+
+def test_submission_id_is_deterministic_and_follows_the_config():
+    """Same stack, name and run: same id (a retried up adopts the job); another run, another
+    id; metadata and waiting are not part of it."""
+    _, first = render(GrpoRunConfig())
+    _, again = render(GrpoRunConfig(metadata={"owner": "me"}, wait_for="succeeded"))
+    _, changed = render(GrpoRunConfig(rollout_n=16))
+    _, other_stack = render(GrpoRunConfig(), stack="prod")
+    sid = first.plain_inputs["submission_id"]
+    assert sid.startswith("verl-gke-test-job-")
+    assert again.plain_inputs["submission_id"] == sid
+    assert changed.plain_inputs["submission_id"] != sid
+    assert other_stack.plain_inputs["submission_id"].startswith("verl-gke-prod-job-")
+
+
+def test_an_invalid_run_is_refused_before_anything_is_registered():
+    """verl's problems surface at construction, every one in a single error."""
+    with pytest.raises(ValueError) as failure:
+        render(GrpoRunConfig(tensor_model_parallel_size=3, nnodes=9))
+    message = str(failure.value)
+    assert "verl-gke:job.tensorModelParallelSize=3" in message
+    assert "verl-gke:job.nnodes=9" in message

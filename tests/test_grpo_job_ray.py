@@ -1,0 +1,328 @@
+"""The GrpoJob provider against a real Ray head started for this module (no mocks of Ray).
+
+Each test calls the provider the way the engine does (create, diff, update, read, delete with
+plain-data props) and checks the result through Ray's own Jobs API. The stand-in trainer
+(tests/fakes/verl_trainer.py) prints verl-style metric lines for a second or two.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import dill
+import pytest
+import requests
+
+from components import grpo_job
+from components.grpo_job import GrpoJobProvider
+from components.ray_access import RayAccessError, RayUnreachable, RequestPolicy
+from pulumi.dynamic.dynamic import serialize_provider
+from tests.local_ray import free_port, local_ray
+
+FAKES = Path(__file__).parent / "fakes"
+TRAINER = f"{sys.executable} {FAKES / 'verl_trainer.py'}"
+# Short timeouts so the failure scenarios finish in seconds; polling fast enough that waiting
+# does not dominate the module's run time.
+POLICY = RequestPolicy(
+    timeout_s=5, attempts=2, backoff_s=0.1, forward_timeout_s=10,
+    poll_min_s=0.1, poll_max_s=0.5, stop_timeout_s=30,
+)
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    with local_ray(tmp_path_factory.mktemp("ray")) as head:
+        yield head
+
+
+@pytest.fixture
+def provider():
+    return GrpoJobProvider(POLICY)
+
+
+@pytest.fixture
+def warnings(monkeypatch):
+    """Messages the provider sends to `pulumi.log.warn`."""
+    seen: list[str] = []
+    monkeypatch.setattr(grpo_job.pulumi.log, "warn", seen.append)
+    return seen
+
+
+def props(address: str, command: str, wait_for: str = "running", **overrides) -> dict:
+    """Provider inputs as the component registers them, with a fresh submission id."""
+    return {
+        "submission_id": f"test-{uuid.uuid4().hex[:12]}",
+        "entrypoint": command,
+        "runtime_env": {"env_vars": {"HF_HOME": "/tmp/hf"}},
+        "metadata": {"verl-gke-stack": "test"},
+        "wait_for": wait_for,
+        "timeout_s": 60,
+        "access": {"address": address},
+        "checkpoint_uri": "gs://bucket/verl/checkpoints",
+        "version": grpo_job.PROVIDER_VERSION,
+        **overrides,
+    }
+
+
+def ray_job(ray_head, submission_id: str) -> dict | None:
+    reply = requests.get(f"{ray_head.dashboard_url}/api/jobs/{submission_id}", timeout=10)
+    return None if reply.status_code == 404 else reply.json()
+
+
+def jobs_with_id(ray_head, submission_id: str) -> int:
+    jobs = requests.get(f"{ray_head.dashboard_url}/api/jobs/", timeout=10).json()
+    return sum(job["submission_id"] == submission_id for job in jobs)
+
+
+def wait_terminal(ray_head, submission_id: str, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = ray_job(ray_head, submission_id)
+        if job and job["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"{submission_id} did not finish in {timeout_s}s")
+
+
+def test_create_reports_running_and_refresh_reports_success_with_metrics(ray_head, provider):
+    """create returns once RUNNING; read after the end reports SUCCEEDED, times and metrics."""
+    inputs = props(ray_head.dashboard_url, f"{TRAINER} --steps 3 --sleep 0.5")
+    created = provider.create(inputs)
+    assert created.id == inputs["submission_id"]
+    assert created.outs["status"] == "RUNNING"
+    assert created.outs["dashboard_path"] == f"/#/jobs/{inputs['submission_id']}"
+    assert created.outs["start_time"] and created.outs["end_time"] is None
+    wait_terminal(ray_head, created.id)
+
+    refreshed = provider.read(created.id, created.outs)
+    assert refreshed.id == created.id
+    assert refreshed.outs["status"] == "SUCCEEDED"
+    assert refreshed.outs["end_time"] >= refreshed.outs["start_time"]
+    assert refreshed.outs["metrics"] == {
+        "step": 3.0, "critic/score/mean": 0.3, "actor/lr": 1e-05, "response_length/mean": 103.0,
+    }
+    assert refreshed.outs["entrypoint"] == inputs["entrypoint"]
+
+
+def test_wait_for_succeeded_returns_the_final_state(ray_head, provider):
+    """waitFor=succeeded holds create until the job has finished successfully."""
+    created = provider.create(
+        props(ray_head.dashboard_url, f"{TRAINER} --steps 2 --sleep 0.2", "succeeded")
+    )
+    assert created.outs["status"] == "SUCCEEDED"
+    assert created.outs["metrics"]["step"] == 2.0
+
+
+def test_repeated_create_adopts_the_job_instead_of_submitting_another(ray_head, provider):
+    """A retried `pulumi up` (create again with the same inputs) leaves exactly one job."""
+    inputs = props(ray_head.dashboard_url, f"{TRAINER} --steps 4 --sleep 0.5")
+    first = provider.create(inputs)
+    second = provider.create(inputs)
+    assert second.id == first.id
+    assert jobs_with_id(ray_head, first.id) == 1
+    assert second.outs["start_time"] == first.outs["start_time"]
+
+
+def test_config_change_replaces_the_job_and_stops_the_old_one_first(ray_head, provider):
+    """A new entrypoint means replace (delete before create): the old job is gone from Ray."""
+    old = provider.create(props(ray_head.dashboard_url, f"{TRAINER} --steps 50 --sleep 0.5"))
+    news = props(ray_head.dashboard_url, f"{TRAINER} --steps 2 --sleep 0.2")
+    diff = provider.diff(old.id, old.outs, news)
+    assert diff.changes and diff.delete_before_replace
+    assert set(diff.replaces) == {"submission_id", "entrypoint"}
+
+    provider.delete(old.id, old.outs)  # the engine's order for delete_before_replace
+    assert ray_job(ray_head, old.id)["status"] == "STOPPED"
+    new = provider.create(news)
+    assert new.outs["status"] in ("RUNNING", "SUCCEEDED")
+
+
+def test_metadata_or_waiting_change_updates_without_replacing(ray_head, provider):
+    """Metadata and waitFor changes are updates: no replace, same Ray job, new state recorded."""
+    old = provider.create(props(ray_head.dashboard_url, f"{TRAINER} --steps 2 --sleep 0.2"))
+    news = {
+        **{key: old.outs[key] for key in props("", "")},
+        "metadata": {"owner": "someone-else"},
+        "wait_for": "succeeded",
+    }
+    diff = provider.diff(old.id, old.outs, news)
+    assert diff.changes and diff.replaces == []
+    updated = provider.update(old.id, old.outs, news)
+    assert updated.outs["status"] == "SUCCEEDED"
+    assert updated.outs["metadata"] == {"owner": "someone-else"}
+    assert jobs_with_id(ray_head, old.id) == 1
+
+
+def test_unchanged_inputs_have_no_diff(ray_head, provider):
+    """Re-running `pulumi up` with the same config proposes nothing (outputs are not inputs)."""
+    inputs = props(ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0.1", "succeeded")
+    created = provider.create(inputs)
+    assert provider.diff(created.id, created.outs, inputs).changes is False
+
+
+def test_delete_stops_a_running_job_and_a_new_create_runs_it_again(ray_head, provider):
+    """delete of a RUNNING job returns once it is STOPPED; `pulumi up` after a destroy submits
+    the same id again (one record in Ray), and it runs."""
+    inputs = props(ray_head.dashboard_url, f"{TRAINER} --steps 100 --sleep 0.5")
+    created = provider.create(inputs)
+    provider.delete(created.id, created.outs)
+    assert ray_job(ray_head, created.id)["status"] == "STOPPED"
+
+    again = provider.create(inputs)
+    assert again.outs["status"] == "RUNNING"
+    assert again.outs["start_time"] > created.outs["start_time"]
+    assert jobs_with_id(ray_head, created.id) == 1
+    provider.delete(again.id, again.outs)
+
+
+def test_delete_of_a_finished_or_unknown_job_is_not_an_error(ray_head, provider, warnings):
+    """A SUCCEEDED job is left as it is, quietly; an id Ray never heard of is a no-op."""
+    finished = provider.create(
+        props(ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0.1", "succeeded")
+    )
+    provider.delete(finished.id, finished.outs)
+    assert ray_job(ray_head, finished.id)["status"] == "SUCCEEDED"
+    unknown = props(ray_head.dashboard_url, "true")
+    provider.delete(unknown["submission_id"], unknown)
+    assert warnings == []
+
+
+def test_refresh_of_a_job_gone_from_ray_drops_it(ray_head, provider):
+    """read returns an empty id when Ray no longer knows the job (the engine then drops it)."""
+    inputs = props(ray_head.dashboard_url, "true")
+    assert provider.read(inputs["submission_id"], inputs).id == ""
+
+
+def test_failing_entrypoint_fails_create_with_the_log_and_a_retry_resubmits(
+    ray_head, provider, tmp_path
+):
+    """A job that FAILS before `waitFor` fails create with Ray's message and the log tail; the
+    next create with the same inputs submits it again under the same id."""
+    marker = tmp_path / "failed-once"
+    inputs = props(
+        ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0.1 --fail-once {marker}",
+        "succeeded",
+    )
+    with pytest.raises(RayAccessError, match="ended FAILED") as failure:
+        provider.create(inputs)
+    message = str(failure.value)
+    assert inputs["submission_id"] in message and ray_head.dashboard_url in message
+    assert "out of memory (simulated)" in message
+    assert "pulumi up" in message
+
+    retried = provider.create(inputs)
+    assert retried.outs["status"] == "SUCCEEDED"
+    assert jobs_with_id(ray_head, inputs["submission_id"]) == 1
+
+
+def test_unreachable_address_fails_with_job_address_and_fix(provider):
+    """Nothing listening: create fails after the retries, naming the job, address and the fix."""
+    address = f"http://127.0.0.1:{free_port()}"
+    inputs = props(address, "true")
+    with pytest.raises(RayUnreachable) as failure:
+        provider.create(inputs)
+    message = str(failure.value)
+    assert inputs["submission_id"] in message and address in message
+    assert "verl-gke:job.dashboardAddress" in message and "2 attempts" in message
+
+
+def test_delete_against_a_cluster_that_is_gone_warns_instead_of_failing(provider, warnings):
+    """destroy after the Ray cluster vanished: a warning naming the job, not a stuck delete."""
+    inputs = props(f"http://127.0.0.1:{free_port()}", "true")
+    provider.delete(inputs["submission_id"], inputs)
+    assert len(warnings) == 1 and inputs["submission_id"] in warnings[0]
+
+
+def test_a_listener_that_never_answers_times_out(provider):
+    """A port that accepts connections and never replies fails within the request timeouts."""
+    policy = RequestPolicy(timeout_s=1, attempts=2, backoff_s=0.1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        inputs = props(f"http://127.0.0.1:{silent.getsockname()[1]}", "true")
+        started = time.monotonic()
+        with pytest.raises(RayUnreachable, match="Timeout"):
+            GrpoJobProvider(policy).create(inputs)
+        # Two 1 s attempts and a 0.1 s backoff; the slack is for a loaded CI machine, the
+        # point is that it returns at all.
+        assert time.monotonic() - started < 15
+
+
+def test_provider_survives_the_engines_pickling(ray_head):
+    """The provider as the engine ships it (dill + base64) still creates a job against Ray."""
+    shipped = serialize_provider(GrpoJobProvider(POLICY))
+    revived = dill.loads(base64.b64decode(shipped))
+    assert revived.policy == POLICY
+    created = revived.create(props(ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0.1"))
+    assert created.outs["status"] in ("RUNNING", "SUCCEEDED")
+
+
+@pytest.fixture
+def fake_kubectl(ray_head, monkeypatch, tmp_path):
+    """`kubectl` on PATH is tests/fakes/kubectl, relaying to the local Ray dashboard."""
+    log = tmp_path / "kubectl.jsonl"
+    monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_KUBECTL_TARGET", f"127.0.0.1:{ray_head.dashboard_port}")
+    monkeypatch.setenv("FAKE_KUBECTL_SERVICE", "verl-ray-head-svc")
+    monkeypatch.setenv("FAKE_KUBECTL_LOG", str(log))
+    return log
+
+
+KUBECONFIG = (
+    "apiVersion: v1\nkind: Config\n"
+    "users: [{name: gke, user: {exec: {command: gke-gcloud-auth-plugin}}}]\n"
+)
+
+
+def port_forward_props(command: str, service: str = "verl-ray-head-svc", **overrides) -> dict:
+    access = {"kubeconfig": KUBECONFIG, "namespace": "verl", "service": service, "port": 8265}
+    return props("", command, access=access, **overrides)
+
+
+def test_port_forward_path_end_to_end(ray_head, provider, fake_kubectl):
+    """Without an address, each call port-forwards with a private, deleted kubeconfig file."""
+    created = provider.create(
+        port_forward_props(f"{TRAINER} --steps 2 --sleep 0.2", wait_for="succeeded")
+    )
+    assert created.outs["status"] == "SUCCEEDED"
+    assert ray_job(ray_head, created.id)["status"] == "SUCCEEDED"  # really went through
+
+    calls = [json.loads(line) for line in fake_kubectl.read_text().splitlines()]
+    assert calls, "the fake kubectl was never run"
+    for call in calls:
+        assert call["argv"][call["argv"].index("-n") + 1] == "verl"
+        assert call["argv"][-2:] == ["svc/verl-ray-head-svc", ":8265"]
+        assert call["mode"] == "0o600"
+        assert not Path(call["kubeconfig"]).exists(), "kubeconfig left on disk"
+    assert not _processes_naming(str(FAKES / "kubectl")), "kubectl left running"
+
+
+def test_port_forward_to_a_missing_service_fails_or_warns_with_kubectls_reason(
+    provider, fake_kubectl, warnings
+):
+    """create fails with kubectl's own error and the fix; delete only warns (cluster gone)."""
+    inputs = port_forward_props("true", service="gone-head-svc")
+    with pytest.raises(RayUnreachable, match='services "gone-head-svc" not found') as failure:
+        provider.create(inputs)
+    assert "kubectl -n verl get svc/gone-head-svc" in str(failure.value)
+    assert KUBECONFIG not in str(failure.value)
+    provider.delete(inputs["submission_id"], inputs)
+    assert len(warnings) == 1 and "gone-head-svc" in warnings[0]
+
+
+def _processes_naming(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes().decode():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
