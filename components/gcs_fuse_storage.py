@@ -16,6 +16,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from .hardware import Arch
+from .options import child_options
 
 PV_NAME = "training-bucket-pv"
 PVC_NAME = "training-bucket-pvc"
@@ -87,7 +88,7 @@ class GcsFuseStorage(pulumi.ComponentResource):
     ) -> None:
         """`opts.providers` must carry the cluster's Kubernetes provider."""
         super().__init__("verl-gke:index:GcsFuseStorage", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         self.bucket = self._bucket(name, args, child)
         account = k8s.core.v1.ServiceAccount(
             f"{name}-ksa",

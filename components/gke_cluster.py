@@ -19,6 +19,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from .options import child_options
+
 SYSTEM_POOL = "system-pool"
 SYSTEM_MACHINE_TYPE = "c2-standard-16"
 SYSTEM_DISK_GB = 200
@@ -60,7 +62,7 @@ class GkeCluster(pulumi.ComponentResource):
         self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("verl-gke:index:GkeCluster", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         cluster_args = _autopilot_args(args) if args.autopilot else _standard_args(args)
         self.cluster = gcp.container.Cluster(f"{name}-cluster", cluster_args, opts=child)
         if not args.autopilot:

@@ -17,6 +17,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from .hardware import HardwareProfile, NodeNetworking
+from .options import child_options
 
 POOL_NAME = "gpu-pool"
 GPU_TAINT = gcp.container.NodePoolNodeConfigTaintArgs(
@@ -54,7 +55,7 @@ class GpuNodePool(pulumi.ComponentResource):
     ) -> None:
         super().__init__("verl-gke:index:GpuNodePool", name, None, opts)
         hw = args.hardware
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         policy_name = None
         if hw.networking is NodeNetworking.DRANET:
             policy_name = _workload_policy(name, args, child).name

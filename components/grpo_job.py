@@ -36,6 +36,7 @@ from pulumi.runtime import rpc
 from .grpo_run import GrpoRunConfig, WaitFor, entrypoint, run_problems, runtime_env
 from .hardware import HardwareProfile
 from .ray_access import RayAccessError, RayJobs, RayUnreachable, RequestPolicy, open_dashboard
+from .options import child_options
 
 # Bump when the provider's behaviour changes: a changed input makes the engine call update,
 # because the provider itself is pickled by reference and its code is not part of the diff.
@@ -113,7 +114,7 @@ class GrpoJob(pulumi.ComponentResource):
             inputs,
             # The engine echoes secret inputs as secret outputs; this makes sure of it for the
             # kubeconfig nested in `access`.
-            pulumi.ResourceOptions(parent=self, additional_secret_outputs=["access"]),
+            child_options(self, opts, additional_secret_outputs=["access"]),
         )
         self.submission_id = job.submission_id
         self.status = job.status

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from . import pins
+from .options import child_options
 
 CONFIG_KEY = "verl-gke:staging"
 TYPE_TOKEN = "verl-gke:index:ModelStaging"
@@ -240,7 +241,7 @@ class ModelStaging(pulumi.ComponentResource):
         self.train_files = TRAIN_FILES
         self.val_files = VAL_FILES
         self.marker_path = MARKER_PATH
-        self.job = None if args.staging.skip else self._job(name, args)
+        self.job = None if args.staging.skip else self._job(name, args, opts)
         self.job_name = self.job.metadata.name if self.job else pulumi.Output.from_input(None)
         self.register_outputs(
             {
@@ -253,7 +254,9 @@ class ModelStaging(pulumi.ComponentResource):
             }
         )
 
-    def _job(self, name: str, args: ModelStagingArgs) -> k8s.batch.v1.Job:
+    def _job(
+        self, name: str, args: ModelStagingArgs, opts: pulumi.ResourceOptions | None
+    ) -> k8s.batch.v1.Job:
         script = SCRIPT.read_text()
         env = staging_env(args.staging)
         digest = _digest(env, script)
@@ -264,7 +267,7 @@ class ModelStaging(pulumi.ComponentResource):
             ),
             data={SCRIPT.name: script},
             immutable=True,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=child_options(self, opts),
         )
         timeout = args.staging.timeout_minutes
         return k8s.batch.v1.Job(
@@ -287,8 +290,9 @@ class ModelStaging(pulumi.ComponentResource):
                     spec=_pod_spec(args, env, config_map.metadata.name),
                 ),
             ),
-            opts=pulumi.ResourceOptions(
-                parent=self,
+            opts=child_options(
+                self,
+                opts,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{timeout + AWAIT_MARGIN_MINUTES}m",
                     update=f"{timeout + AWAIT_MARGIN_MINUTES}m",

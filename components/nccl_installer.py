@@ -15,6 +15,7 @@ import pulumi_kubernetes as k8s
 
 from . import pins
 from .hardware import NodeNetworking, HardwareProfile
+from .options import child_options
 
 
 def installer_url(hardware: HardwareProfile, autopilot: bool) -> str:
@@ -39,6 +40,6 @@ class NcclInstaller(pulumi.ComponentResource):
         super().__init__("verl-gke:index:NcclInstaller", name, None, opts)
         self.url = installer_url(args.hardware, args.autopilot)
         self.manifest = k8s.yaml.v2.ConfigFile(
-            f"{name}-manifest", file=self.url, opts=pulumi.ResourceOptions(parent=self)
+            f"{name}-manifest", file=self.url, opts=child_options(self, opts)
         )
         self.register_outputs({"url": self.url})

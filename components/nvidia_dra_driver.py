@@ -25,6 +25,7 @@ import pulumi_kubernetes as k8s
 from . import pins
 from .helm import pinned_release
 from .hardware import HardwareProfile, NodeNetworking
+from .options import child_options
 
 NAMESPACE = "nvidia-dra-driver-gpu"
 RELEASE_NAME = "nvidia-dra-driver-gpu"
@@ -157,7 +158,7 @@ class NvidiaDraDriver(pulumi.ComponentResource):
         self, name: str, args: NvidiaDraDriverArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("verl-gke:index:NvidiaDraDriver", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=NAMESPACE), opts=child
         )
@@ -168,11 +169,11 @@ class NvidiaDraDriver(pulumi.ComponentResource):
             name,
             args.profile,
             self.namespace_name,
-            pulumi.ResourceOptions(parent=self, depends_on=[self.quota]),
+            child_options(self, opts, depends_on=[self.quota]),
         )
         # The ComputeDomain kind is a CRD of the chart.
         self.compute_domain = _compute_domain(
-            name, args, pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+            name, args, child_options(self, opts, depends_on=[self.release])
         )
         self.rdma_template = _rdma_template(name, args.workload_namespace, child)
 

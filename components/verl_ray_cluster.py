@@ -33,6 +33,7 @@ from . import pins
 from .helm import pinned_release
 from .config import ClusterMode
 from .hardware import Arch, HardwareProfile, NodeNetworking, PodShape, Target
+from .options import child_options
 
 DASHBOARD_PORT = 8265
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001}
@@ -488,14 +489,14 @@ class VerlRayCluster(pulumi.ComponentResource):
         self, name: str, args: VerlRayClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("verl-gke:index:VerlRayCluster", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = child_options(self, opts)
         self.operator_release = (
             _operator_release(name, args.namespace, child)
             if args.operator is RayOperator.HELM
             else None
         )
-        cluster_opts = pulumi.ResourceOptions(
-            parent=self, depends_on=[self.operator_release] if self.operator_release else None
+        cluster_opts = child_options(
+            self, opts, depends_on=[self.operator_release] if self.operator_release else []
         )
         rendered = render_ray_cluster(args)
         self.ray_cluster = k8s.apiextensions.CustomResource(

@@ -317,3 +317,70 @@ def test_plan_files_have_the_documented_shape(tmp_path):
         assert set(resource) == {"urn", "type", "name", "parent", "inputs"}
     manifests = list(yaml.safe_load_all((tmp_path / "a3u" / "manifests.yaml").read_text()))
     assert all({"apiVersion", "kind", "metadata"} <= set(m) for m in manifests)
+
+
+GRPO_RUN = "pulumi-python:dynamic/verl-gke:GrpoRun"
+
+
+def _overrides(entrypoint: str) -> dict[str, str]:
+    command = entrypoint.split("verl.trainer.main_ppo", 1)[1]
+    return dict(item.split("=", 1) for item in command.split())
+
+
+def test_training_waits_for_staging_and_the_ray_cluster(program):
+    """The job is registered after, and depends on, the staging Job and the ready RayCluster."""
+    _, _, _, recording = program
+    run = recording.one(GRPO_RUN)
+    staging_job = recording.one("kubernetes:batch/v1:Job", "staging-job")
+    ray_cluster = recording.one("kubernetes:ray.io/v1:RayCluster")
+    assert {staging_job.urn, ray_cluster.urn} <= run.dependencies
+    order = recording.resources.index
+    assert order(run) > max(order(staging_job), order(ray_cluster))
+
+
+@pytest.mark.parametrize(
+    ("stack", "expected"),
+    [
+        ("a4", {"trainer.nnodes": "2", "trainer.n_gpus_per_node": "8",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size": "8",
+                "actor_rollout_ref.actor.ppo_mini_batch_size": "256",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "64"}),
+        ("a3u", {"trainer.nnodes": "2", "trainer.n_gpus_per_node": "8"}),
+        ("a4x", {"trainer.nnodes": "4", "trainer.n_gpus_per_node": "4",
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size": "4",
+                 "actor_rollout_ref.actor.ppo_mini_batch_size": "64",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "8",
+                 "actor_rollout_ref.actor.use_kl_loss": "True"}),
+    ],
+)
+def test_job_in_the_plan_runs_the_targets_overrides(stack, expected):
+    """Each stack's plan submits the tutorial's run for its target, checkpointing to the bucket."""
+    _, recording = rendered(stack, "standard")
+    inputs = recording.one(GRPO_RUN).plain_inputs
+    overrides = _overrides(inputs["entrypoint"])
+    assert expected.items() <= overrides.items()
+    assert overrides["actor_rollout_ref.model.path"] == "/data/Qwen2.5-32B-Instruct"
+    assert overrides["trainer.default_local_dir"] == "/data/verl/checkpoints"
+    assert overrides["trainer.resume_mode"] == "auto"
+    assert int(overrides["trainer.save_freq"]) > 0
+    env = inputs["runtime_env"]["env_vars"]
+    assert env["PYTHONPATH"] == "/data/verl" and env["HF_HOME"] == "/data/huggingface_cache"
+    tuner = profile(stack).nccl_tuner_config
+    assert env.get("NCCL_TUNER_CONFIG_PATH") == tuner
+    if stack == "a4x":
+        assert env["NCCL_ENV_PLUGIN"] == "gcp"
+    assert set(inputs["runtime_env"]) == {"env_vars"}  # no working_dir upload, pip or setup_hook
+
+
+def test_job_model_path_follows_the_staged_model():
+    """Staging another model moves the job's model path with it, unless the job sets its own."""
+    inputs = plan.stack_inputs("a4", "standard")
+    inputs.config["verl-gke:staging"] = json.dumps(
+        {"modelId": "Qwen/Qwen2.5-7B-Instruct", "modelRevision": "a" * 40}
+    )
+    recording = mockrun.run(
+        lambda: plan.runpy.run_path(str(plan.ROOT / "__main__.py"), run_name="__pulumi_main__"),
+        project="verl-gke", stack="a4", config=inputs.config, secret_keys=inputs.secret_keys,
+    )
+    overrides = _overrides(recording.one(GRPO_RUN).plain_inputs["entrypoint"])
+    assert overrides["actor_rollout_ref.model.path"] == "/data/Qwen2.5-7B-Instruct"

@@ -42,6 +42,8 @@ class Registered:
     parent: str | None
     custom: bool
     inputs: dict[str, Any]
+    # URNs this resource waits for: explicit depends_on plus those behind its input values.
+    dependencies: frozenset[str] = frozenset()
 
     @property
     def plain_inputs(self) -> dict[str, Any]:
@@ -200,6 +202,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     parent=request.parent or None,
                     custom=bool(request.custom),
                     inputs=rpc.deserialize_properties(request.object, keep_unknowns=True),
+                    dependencies=frozenset(request.dependencies).union(
+                        *(deps.urns for deps in request.propertyDependencies.values())
+                    ),
                 )
             )
         return response
