@@ -163,8 +163,22 @@ def _node_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNodeConfigArgs:
         workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
             mode="GKE_METADATA"
         ),
-        labels={"verl-gke/role": "gpu"},
+        labels=_labels(hw),
     )
+
+
+# pulumi-gcp has no DRANET switch: `accelerator_network_profile = "auto"` only attaches the
+# accelerator networks (and their policy routing). GKE installs its managed DRANET driver, which
+# publishes each RDMA NIC as a device of class mrdma.google.com, on nodes carrying this label:
+# what Cluster Toolkit's gke-node-pool `enable_dranet` sets next to the profile.
+DRANET_LABEL = {"cloud.google.com/gke-networking-dra-driver": "true"}
+
+
+def _labels(hw: HardwareProfile) -> dict[str, str]:
+    labels = {"verl-gke/role": "gpu"}
+    if hw.networking is NodeNetworking.DRANET:
+        labels.update(DRANET_LABEL)
+    return labels
 
 
 def _reservation_affinity(

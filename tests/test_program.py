@@ -190,6 +190,7 @@ def test_gpu_pool_matches_the_tutorial_plus_cluster_toolkit(stack):
     assert node["ephemeralStorageLocalSsdConfig"] == {"localSsdCount": 32}
     assert node["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
     assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+    assert "cloud.google.com/gke-networking-dra-driver" not in node["labels"]
 
 
 def test_a4x_gpu_pool_uses_dranet_and_an_nvl72_workload_policy():
@@ -201,6 +202,8 @@ def test_a4x_gpu_pool_uses_dranet_and_an_nvl72_workload_policy():
     assert node["guestAccelerators"][0]["type"] == "nvidia-gb200"
     assert node["guestAccelerators"][0]["count"] == 4
     assert pool["networkConfig"] == {"acceleratorNetworkProfile": "auto"}
+    # The profile alone attaches networks; this label makes GKE run its DRANET driver there.
+    assert node["labels"]["cloud.google.com/gke-networking-dra-driver"] == "true"
     assert node["diskType"] == "hyperdisk-balanced"
     assert "ephemeralStorageLocalSsdConfig" not in node
     assert pool["initialNodeCount"] == 4
