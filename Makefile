@@ -25,7 +25,7 @@ plan-all: venv
 
 ## Run the whole test suite (CI calls this through .ci/run).
 test: venv
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -rs tests
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.
 bench: venv
