@@ -14,7 +14,7 @@ import difflib
 import enum
 import json
 import re
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import pulumi
 from pydantic import (
@@ -107,7 +107,7 @@ class StackConfig(BaseModel):
     )
     maintenance_exclusion_start: datetime.datetime | None = Field(
         None,
-        description="Start of the no-upgrade window (RFC 3339); default: today, 00:00 UTC.",
+        description="Start of the no-upgrade window (RFC 3339); default: the creation day.",
     )
     job: GrpoRunConfig = Field(default_factory=GrpoRunConfig, description="The GRPO run.")
     staging: StagingConfig = Field(default_factory=StagingConfig, description="Model staging.")
@@ -145,10 +145,14 @@ class StackConfig(BaseModel):
         return self.job.model_copy(update={"model_path": model_path(self.staging.model_id)})
 
     @property
-    def exclusion_start(self) -> str:
-        start = self.maintenance_exclusion_start or datetime.datetime.now(datetime.timezone.utc)
-        day = start.astimezone(datetime.timezone.utc).date()
-        return f"{day.isoformat()}T00:00:00Z"
+    def exclusion_start(self) -> str | None:
+        """The configured start in GKE's format, or None: the cluster picks its creation day."""
+        start = self.maintenance_exclusion_start
+        if start is None:
+            return None
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=datetime.timezone.utc)
+        return start.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # Keys the user types, for "did you mean" suggestions and the unknown-key check.
@@ -158,10 +162,16 @@ KEYS: dict[str, str] = {
 KEYS.pop("project")
 
 
-def load(raw: Mapping[str, Any]) -> StackConfig:
+# Pulumi.yaml's defaults for keys whose real default is derived: they mean "not set".
+UNSET = {"gpuNodes": "0"}
+_SECRET_KEYS = ("hfToken",)
+
+
+def load(raw: Mapping[str, Any], secret_keys: Collection[str] = ()) -> StackConfig:
     """Validate fully qualified config (`verl-gke:zone`, `gcp:project`) into a StackConfig.
 
-    Values may be strings as the Pulumi CLI hands them over (objects as JSON text).
+    Values may be strings as the Pulumi CLI hands them over (objects as JSON text); "" (and
+    gpuNodes 0) stand for "unset". `secret_keys` are the keys set with `--secret`.
     """
     problems: list[str] = []
     values: dict[str, Any] = {}
@@ -173,6 +183,13 @@ def load(raw: Mapping[str, Any]) -> StackConfig:
             continue  # provider settings (gcp:region, kubernetes:context ...) are not ours
         elif key not in KEYS:
             problems.append(_unknown_key(key))
+        elif str(value) in ("", UNSET.get(key)):
+            continue
+        elif key in _SECRET_KEYS and full_key not in secret_keys:
+            problems.append(
+                f"{full_key} is stored in plain text: remove it with `pulumi config rm "
+                f"{full_key}` and set it again with `pulumi config set --secret {full_key} <value>`"
+            )
         else:
             values[key] = _parse(key, value)
     if "project" not in values:
@@ -198,7 +215,9 @@ def from_pulumi() -> StackConfig:
 
     raw = dict(runtime_config.get_config_env())
     raw.update(runtime_config.CONFIG.get())
-    return load(raw)
+    secret_keys = set(runtime_config.get_config_secret_keys_env())
+    secret_keys.update(k for k in raw if runtime_config.is_config_secret(k))
+    return load(raw, secret_keys)
 
 
 def _parse(key: str, value: Any) -> Any:
@@ -263,6 +282,12 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             f"{NAMESPACE}:clusterMode = 'autopilot' is not available for target "
             f"{hw.target.value}: A4X needs a Standard cluster (DRANET node pool); set "
             f"{NAMESPACE}:clusterMode to standard"
+        )
+    if config.autopilot and (config.reservation or config.provisioning is not Capacity.RESERVATION):
+        problems.append(
+            f"{NAMESPACE}:reservation / provisioning are set, but Autopilot places GPU pods on "
+            "Spot capacity it manages itself (the tutorial's compute class) and would ignore them: "
+            f"remove them, or set {NAMESPACE}:clusterMode to standard to use them"
         )
     if (
         not config.autopilot

@@ -13,6 +13,7 @@ secret. It does not create GPU nodes (GpuNodePool does).
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
 import pulumi
@@ -22,6 +23,7 @@ import pulumi_kubernetes as k8s
 from .options import child_options
 
 SYSTEM_POOL = "system-pool"
+EXCLUSION_START_PATH = "maintenancePolicy.maintenanceExclusions[0].startTime"
 SYSTEM_MACHINE_TYPE = "c2-standard-16"
 SYSTEM_DISK_GB = 200
 
@@ -43,7 +45,9 @@ class GkeClusterArgs:
     autopilot: bool
     min_version: str
     deletion_protection: bool
-    exclusion_start: str  # RFC 3339, start of the no-upgrade window
+    # RFC 3339 start of the no-upgrade window; None: the day of creation, never revisited (a
+    # default of "today" would otherwise change the cluster on every later `pulumi up`).
+    exclusion_start: str | None
     # The GKE Ray add-on manages KubeRay cluster-wide. A4X installs a namespace-scoped KubeRay
     # with Helm instead (VerlRayCluster's operator release), so the add-on must stay off there.
     ray_addon: bool = True
@@ -64,7 +68,16 @@ class GkeCluster(pulumi.ComponentResource):
         super().__init__("verl-gke:index:GkeCluster", name, None, opts)
         child = child_options(self, opts)
         cluster_args = _autopilot_args(args) if args.autopilot else _standard_args(args)
-        self.cluster = gcp.container.Cluster(f"{name}-cluster", cluster_args, opts=child)
+        self.cluster = gcp.container.Cluster(
+            f"{name}-cluster",
+            cluster_args,
+            opts=pulumi.ResourceOptions.merge(
+                child,
+                pulumi.ResourceOptions(
+                    ignore_changes=[] if args.exclusion_start else [EXCLUSION_START_PATH]
+                ),
+            ),
+        )
         if not args.autopilot:
             self.system_pool = _system_pool(name, args, self.cluster, child)
 
@@ -221,7 +234,7 @@ def _maintenance_policy(args: GkeClusterArgs) -> gcp.container.ClusterMaintenanc
         maintenance_exclusions=[
             gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
                 exclusion_name="no-node-upgrades-during-training",
-                start_time=args.exclusion_start,
+                start_time=args.exclusion_start or _today(),
                 exclusion_options=(
                     gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
                         scope="NO_MINOR_OR_NODE_UPGRADES",
@@ -231,6 +244,10 @@ def _maintenance_policy(args: GkeClusterArgs) -> gcp.container.ClusterMaintenanc
             )
         ],
     )
+
+
+def _today() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT00:00:00Z")
 
 
 def _system_pool(

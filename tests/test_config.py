@@ -14,6 +14,7 @@ from components import config
 from components.config import ConfigError, StackConfig
 from components.gpu_node_pool import Capacity
 from components.hardware import Target
+from tools import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_TESTTOKENVALUE0123456789"
@@ -28,6 +29,9 @@ BASE = {
 }
 
 
+SECRET_KEYS = {"verl-gke:hfToken"}
+
+
 def load(**changes: str | None) -> StackConfig:
     raw = dict(BASE)
     for key, value in changes.items():
@@ -36,7 +40,7 @@ def load(**changes: str | None) -> StackConfig:
             raw.pop(full, None)
         else:
             raw[full] = value
-    return config.load(raw)
+    return config.load(raw, SECRET_KEYS)
 
 
 def problems(**changes: str | None) -> list[str]:
@@ -92,12 +96,16 @@ def test_bad_value_names_key_value_and_fix(key, value, expected):
         ({"zone": "europe-west4-b"}, "is not in verl-gke:region = 'us-central1'"),
         ({"reservation": None}, "verl-gke:reservation is not set"),
         ({"reservation": "Bad Name"}, "is not a reservation name"),
-        ({"gpuNodes": "0"}, "verl-gke:gpuNodes = 0 is out of range for a4-highgpu-8g: use 1 to 10"),
+        ({"gpuNodes": "-1"}, "verl-gke:gpuNodes = -1 is out of range for a4-highgpu-8g: use 1 to 10"),
         ({"gpuNodes": "11"}, "use 1 to 10"),
         ({"target": "a4x", "clusterMode": "autopilot"}, "A4X needs a Standard cluster"),
         ({"target": "a4x", "rdmaNetworkPrefix": "x"}, "uses DRANET"),
         ({"bucketName": "UPPER"}, "is not a valid bucket name"),
         ({"hfToken": None}, "verl-gke:hfToken is not set"),
+        ({"hfToken": ""}, "verl-gke:hfToken is not set"),
+        ({"reservation": ""}, "verl-gke:reservation is not set"),
+        ({"clusterMode": "autopilot"}, "Autopilot places GPU pods on Spot capacity"),
+        ({"clusterMode": "autopilot", "reservation": None, "provisioning": "flex-start"}, "would ignore them"),
     ],
 )
 def test_cross_field_problems(changes, expected):
@@ -111,6 +119,7 @@ def test_cross_field_problems(changes, expected):
         {"provisioning": "spot", "reservation": None},
         {"provisioning": "flex-start", "reservation": None},
         {"clusterMode": "autopilot", "reservation": None},
+        {"clusterMode": "autopilot", "reservation": ""},
         {"reservation": "my-res/reservationBlocks/block-1"},
         {"target": "a4x", "gpuNodes": "16"},
         {"hfToken": None, "staging": '{"skip": true}'},
@@ -131,7 +140,7 @@ def test_unknown_key_suggests_the_closest():
 
 def test_other_namespaces_are_left_to_their_owners():
     """Provider settings (gcp:region, kubernetes:...) are not this program's to reject."""
-    cfg = config.load({**BASE, "gcp:region": "us-east1", "kubernetes:context": "x"})
+    cfg = config.load({**BASE, "gcp:region": "us-east1", "kubernetes:context": "x"}, SECRET_KEYS)
     assert cfg.region == "us-central1"
 
 
@@ -139,11 +148,11 @@ def test_missing_required_keys_are_all_reported():
     """Missing project, region and zone come back together, each with the command to set it."""
     raw = {"verl-gke:target": "a4"}
     with pytest.raises(ConfigError) as error:
-        config.load(raw)
+        config.load(raw, SECRET_KEYS)
     assert any("gcp:project is not set" in p for p in error.value.problems)
     raw["gcp:project"] = "p"
     with pytest.raises(ConfigError) as error:
-        config.load(raw)
+        config.load(raw, SECRET_KEYS)
     messages = "\n".join(error.value.problems)
     assert "verl-gke:region is required: set it with `pulumi config set verl-gke:region" in messages
     assert "verl-gke:zone is required" in messages
@@ -168,19 +177,35 @@ def test_the_token_is_never_echoed():
     assert TOKEN not in repr(load())
 
 
-def test_pulumi_yaml_declares_every_key_with_the_programs_defaults():
-    """Pulumi.yaml and the config model agree: same keys, same defaults, a description each."""
+def test_pulumi_yaml_declares_every_scalar_key_as_the_cli_requires():
+    """Pulumi.yaml declares every scalar key with a valid type, a description and the program's
+    default; only keys every stack must set lack a default (the CLI requires those)."""
     declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
-    assert set(declared) == set(config.KEYS)
+    objects = {"job", "staging"}  # Pulumi's project config schema has no object type
+    assert set(declared) == set(config.KEYS) - objects
     for key, spec in declared.items():
+        assert spec["type"] in ("string", "integer", "boolean", "array"), key
         assert spec.get("description"), key
+        assert not ("secret" in spec and "default" in spec), key  # pulumi/pulumi#21865
+        if "default" not in spec:
+            assert key in ("target", "region", "zone"), f"{key} would be required by the CLI"
+            continue
         field = StackConfig.model_fields[config.KEYS[key]]
-        if "default" in spec:
-            default = field.get_default(call_default_factory=True)
-            default = getattr(default, "value", default)
+        default = getattr(field.default, "value", field.default)
+        if default is None:  # derived: the declared default must read as "unset"
+            assert str(spec["default"]) in ("", config.UNSET.get(key)), key
+        else:
             assert spec["default"] == default, key
-        elif key not in ("job", "staging"):
-            assert field.default is None or field.is_required(), key
+
+
+def test_a_plain_text_token_is_refused():
+    """The token must be set with --secret: a plain-text one is named and the fix given."""
+    with pytest.raises(ConfigError) as error:
+        config.load(BASE, secret_keys=())
+    [message] = error.value.problems
+    assert "verl-gke:hfToken is stored in plain text" in message
+    assert "pulumi config set --secret verl-gke:hfToken" in message
+    assert TOKEN not in message
 
 
 def test_stack_files_hold_only_the_target():
@@ -202,3 +227,15 @@ def test_plan_command_reports_config_errors_with_exit_2():
     assert result.returncode == 2, result.stderr
     assert "A4X needs a Standard cluster" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_plan_refuses_to_run_without_what_the_cli_requires(tmp_path, monkeypatch):
+    """Like the Pulumi CLI, the offline plan stops when a key without default is not set."""
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.bare.yaml").write_text("config: {}\n")
+    monkeypatch.setattr(plan, "ROOT", tmp_path)
+    with pytest.raises(plan.MissingConfig, match=r"missing configuration values: verl-gke:target"):
+        plan.stack_inputs("bare")
+    (tmp_path / "Pulumi.bare.yaml").write_text("config:\n  verl-gke:target: a4\n")
+    inputs = plan.stack_inputs("bare")  # region, zone, project: example values in plan mode
+    assert inputs.config["verl-gke:gpuNodes"] == "0"  # declared defaults applied, as strings

@@ -264,31 +264,38 @@ def test_arm64_mounts_drop_kernel_read_ahead_only():
     assert [o for o in amd64 if o != "read_ahead_kb=1024"] == arm64
 
 
-def test_destroy_keeps_the_bucket_unless_asked(monkeypatch):
+def test_destroy_keeps_the_bucket_unless_asked():
     """By default the bucket is retained on destroy and never force-emptied; opting in flips both."""
     _, recording = rendered("a4", "standard")
-    bucket = inputs_of(recording, "gcp:storage/bucket:Bucket", "storage-bucket")
-    assert bucket["forceDestroy"] is False
-    # retain_on_delete is an engine option, not an input: check it on a run with the opt-in.
-    seen = {}
-    original = plan.mockrun.RecordingMonitor.RegisterResource
+    bucket = recording.one("gcp:storage/bucket:Bucket", "storage-bucket")
+    assert bucket.retain_on_delete is True
+    assert bucket.plain_inputs["forceDestroy"] is False
+    opted_in = _run_with("a4", {"verl-gke:deleteBucketOnDestroy": "true"})
+    bucket = opted_in.one("gcp:storage/bucket:Bucket", "storage-bucket")
+    assert bucket.retain_on_delete is False
+    assert bucket.plain_inputs["forceDestroy"] is True
 
-    def spy(self, request):
-        if request.type == "gcp:storage/bucket:Bucket":
-            seen[request.name] = request.retainOnDelete
-        return original(self, request)
 
-    monkeypatch.setattr(plan.mockrun.RecordingMonitor, "RegisterResource", spy)
-    plan.run_program("a4", "standard")
-    assert seen == {"storage-bucket": True}
-    inputs = plan.stack_inputs("a4", "standard")
-    inputs.config["verl-gke:deleteBucketOnDestroy"] = "true"
-    recording = plan.mockrun.run(
+def test_the_no_upgrade_window_does_not_move_every_day():
+    """Unset, the exclusion starts on the creation day and later runs ignore it; set, it is used."""
+    _, recording = rendered("a4", "standard")  # the plan sets an example start
+    cluster = recording.one("gcp:container/cluster:Cluster")
+    assert cluster.ignore_changes == ()
+    defaulted = _run_with("a4", {"verl-gke:maintenanceExclusionStart": ""})
+    cluster = defaulted.one("gcp:container/cluster:Cluster")
+    assert cluster.ignore_changes == ("maintenancePolicy.maintenanceExclusions[0].startTime",)
+    [exclusion] = cluster.plain_inputs["maintenancePolicy"]["maintenanceExclusions"]
+    assert exclusion["startTime"].endswith("T00:00:00Z")
+
+
+def _run_with(stack: str, changes: dict[str, str]) -> mockrun.Recording:
+    """The whole program for `stack` (Standard) with some config keys changed."""
+    inputs = plan.stack_inputs(stack, "standard")
+    inputs.config.update(changes)
+    return mockrun.run(
         lambda: plan.runpy.run_path(str(plan.ROOT / "__main__.py"), run_name="__pulumi_main__"),
-        project="verl-gke", stack="a4", config=inputs.config, secret_keys=inputs.secret_keys,
+        project="verl-gke", stack=stack, config=inputs.config, secret_keys=inputs.secret_keys,
     )
-    assert seen == {"storage-bucket": False}
-    assert recording.one("gcp:storage/bucket:Bucket").plain_inputs["forceDestroy"] is True
 
 
 def test_outputs_are_the_documented_contract(program):
@@ -377,13 +384,7 @@ def test_job_in_the_plan_runs_the_targets_overrides(stack, expected):
 
 def test_job_model_path_follows_the_staged_model():
     """Staging another model moves the job's model path with it, unless the job sets its own."""
-    inputs = plan.stack_inputs("a4", "standard")
-    inputs.config["verl-gke:staging"] = json.dumps(
-        {"modelId": "Qwen/Qwen2.5-7B-Instruct", "modelRevision": "a" * 40}
-    )
-    recording = mockrun.run(
-        lambda: plan.runpy.run_path(str(plan.ROOT / "__main__.py"), run_name="__pulumi_main__"),
-        project="verl-gke", stack="a4", config=inputs.config, secret_keys=inputs.secret_keys,
-    )
+    staging = {"modelId": "Qwen/Qwen2.5-7B-Instruct", "modelRevision": "a" * 40}
+    recording = _run_with("a4", {"verl-gke:staging": json.dumps(staging)})
     overrides = _overrides(recording.one(GRPO_RUN).plain_inputs["entrypoint"])
     assert overrides["actor_rollout_ref.model.path"] == "/data/Qwen2.5-7B-Instruct"

@@ -5,7 +5,7 @@ every component test run the real code through here. The recording keeps, for ea
 its type, logical name, parent URN and inputs exactly as the engine would receive them; secret
 values stay wrapped so that callers can prove they never leak.
 
-Pitfalls this module exists to avoid (see DEVELOPERS.md):
+Pitfalls of the mock runtime this module exists to avoid:
 - `Mocks.new_resource` is not told the parent, so the monitor records it from the request.
 - Runs default to `preview=False`: under preview an `apply` on an unknown output never runs,
   and assertions placed inside it silently vanish.
@@ -44,6 +44,9 @@ class Registered:
     inputs: dict[str, Any]
     # URNs this resource waits for: explicit depends_on plus those behind its input values.
     dependencies: frozenset[str] = frozenset()
+    # Engine options that are not inputs but decide what `up` and `destroy` do.
+    ignore_changes: tuple[str, ...] = ()
+    retain_on_delete: bool = False
 
     @property
     def plain_inputs(self) -> dict[str, Any]:
@@ -205,6 +208,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     dependencies=frozenset(request.dependencies).union(
                         *(deps.urns for deps in request.propertyDependencies.values())
                     ),
+                    ignore_changes=tuple(request.ignoreChanges),
+                    retain_on_delete=bool(request.retainOnDelete),
                 )
             )
         return response

@@ -62,18 +62,27 @@ def _as_cli_string(value: Any) -> str:
     return str(value)
 
 
+class MissingConfig(Exception):
+    """Keys the Pulumi CLI would refuse to run without (declared, no default, not set)."""
+
+
 def stack_inputs(stack: str, mode: str | None = None) -> StackInputs:
-    """The config the CLI would pass for `stack`, plus example values where site facts are unset."""
+    """The config the CLI would pass for `stack`, with example values for unset site facts.
+
+    Mirrors the CLI's merge: the stack file's values, else the project's declared defaults; a
+    declared key with neither is an error. Plan mode fills site facts (EXAMPLE_VALUES) before
+    that check, and never over a value the stack file sets.
+    """
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
     stack_file = ROOT / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
         known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
         raise SystemExit(f"no stack file {stack_file.name}; stacks: {', '.join(known)}")
+    declared = {
+        _qualified(key, project["name"]): spec for key, spec in (project.get("config") or {}).items()
+    }
     config: dict[str, str] = {}
     secret_keys: list[str] = []
-    for key, spec in (project.get("config") or {}).items():
-        if isinstance(spec, dict) and "default" in spec:
-            config[_qualified(key, project["name"])] = _as_cli_string(spec["default"])
     for key, value in ((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}).items():
         if isinstance(value, dict) and "secure" in value:
             # Ciphertext cannot be read offline; stand in an example value, still secret.
@@ -84,12 +93,28 @@ def stack_inputs(stack: str, mode: str | None = None) -> StackInputs:
     if mode:
         config[f"{NAMESPACE}:clusterMode"] = mode
     inputs = StackInputs(config=config, secret_keys=secret_keys)
+    autopilot = config.get(f"{NAMESPACE}:clusterMode") == "autopilot"
     for key, value in {**EXAMPLE_VALUES, **EXAMPLE_SECRETS}.items():
+        if autopilot and key == f"{NAMESPACE}:reservation":
+            continue  # Autopilot brings its own capacity; a reservation is an error there
         if key not in config:
             config[key] = value
             inputs.example_keys.append(key)
             if key in EXAMPLE_SECRETS:
                 secret_keys.append(key)
+    missing = []
+    for key, spec in declared.items():
+        if key in config:
+            continue
+        if isinstance(spec, dict) and "default" in spec:
+            config[key] = _as_cli_string(spec["default"])
+        else:
+            missing.append(key)
+    if missing:
+        raise MissingConfig(
+            f"Stack '{stack}' is missing configuration values: {', '.join(sorted(missing))}; "
+            "set them with `pulumi config set <key> <value>`"
+        )
     return inputs
 
 
@@ -162,6 +187,9 @@ def write_plan(stack: str, mode: str | None, out: Path, quiet: bool) -> int:
 
     try:
         inputs, recording = run_program(stack, mode)
+    except MissingConfig as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except ConfigError as error:
         print(f"pulumi:pulumi:Stack {project_name()}-{stack}: config error", file=sys.stderr)
         print(str(error), file=sys.stderr)
