@@ -15,6 +15,7 @@ from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.grpo_job import GrpoJob, GrpoJobArgs
 from components.grpo_run import checkpoint_uri
 from components.hardware import NodeNetworking
+from components.layout import HF_SECRET_NAME
 from components.model_staging import ModelStaging, ModelStagingArgs
 from components.nccl_installer import NcclInstaller, NcclInstallerArgs
 from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
@@ -55,9 +56,10 @@ gke = GkeCluster(
 )
 in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
 
-gpu_nodes: list[pulumi.Resource] = []
+# What must exist before GPU pods can be scheduled: the GPU pool and the network objects.
+ray_prerequisites: list[pulumi.Resource] = []
 if not cfg.autopilot:
-    gpu_nodes.append(
+    ray_prerequisites.append(
         GpuNodePool(
             "gpu",
             GpuNodePoolArgs(
@@ -74,7 +76,7 @@ if not cfg.autopilot:
         )
     )
 if networks:
-    gpu_nodes += networks.map_into_cluster(gke.provider)
+    ray_prerequisites += networks.map_into_cluster(gke.provider)
 
 # Objects in the workload namespace wait for it when the program creates it.
 namespace_deps: list[pulumi.Resource] = []
@@ -116,6 +118,7 @@ staging = ModelStaging(
         namespace=cfg.namespace,
         service_account=storage.service_account,
         pvc_name=storage.pvc_name,
+        hf_secret_name=storage.hf_secret_name or HF_SECRET_NAME,
         node_selector=system_nodes,
     ),
     opts=in_namespace,
@@ -126,7 +129,7 @@ if dranet:
     dra = NvidiaDraDriver(
         "dra",
         NvidiaDraDriverArgs(profile=hw, nodes=cfg.nodes, workload_namespace=cfg.namespace),
-        opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=gpu_nodes)),
+        opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=ray_prerequisites)),
     )
 
 ray = VerlRayCluster(
@@ -146,7 +149,7 @@ ray = VerlRayCluster(
         operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
     ),
     opts=pulumi.ResourceOptions.merge(
-        in_namespace, pulumi.ResourceOptions(depends_on=[*gpu_nodes, installer])
+        in_namespace, pulumi.ResourceOptions(depends_on=[*ray_prerequisites, installer])
     ),
 )
 

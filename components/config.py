@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import difflib
-import enum
 import json
 import re
 from typing import Any, Collection, Mapping
@@ -26,8 +25,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from .grpo_run import GrpoRunConfig, run_problems
+from .gke_cluster import ClusterMode
 from .gpu_node_pool import Capacity
+from .grpo_run import GrpoRunConfig, run_problems
 from .hardware import HardwareProfile, NodeNetworking, Target, profile
 from .model_staging import StagingConfig, model_path, staging_problems
 
@@ -45,11 +45,6 @@ class ConfigError(pulumi.RunError):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"the stack's config has {len(problems)} problem(s):\n{lines}")
-
-
-class ClusterMode(str, enum.Enum):
-    STANDARD = "standard"
-    AUTOPILOT = "autopilot"
 
 
 _NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"

@@ -16,12 +16,10 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from .hardware import Arch
+from .layout import HF_SECRET_KEY, HF_SECRET_NAME, PVC_NAME
 from .options import child_options
 
 PV_NAME = "training-bucket-pv"
-PVC_NAME = "training-bucket-pvc"
-HF_SECRET_NAME = "hf-secret"
-HF_SECRET_KEY = "hf_api_token"
 CAPACITY = "768Gi"  # nominal: GCS has no size, but PV and PVC must agree on one
 
 # The tutorial's gcsfuse options: caches without expiry (the bucket is written only by this
@@ -107,14 +105,17 @@ class GcsFuseStorage(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        self.hf_secret_name: pulumi.Output[str] | None = None
         if args.hf_token is not None:
-            k8s.core.v1.Secret(
+            hf_secret = k8s.core.v1.Secret(
                 f"{name}-hf-secret",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_SECRET_NAME, namespace=args.namespace),
                 type="Opaque",
                 string_data={HF_SECRET_KEY: pulumi.Output.secret(args.hf_token)},
                 opts=child,
             )
+            # Consumers take the name from the Secret, so they wait for it and go before it.
+            self.hf_secret_name = hf_secret.metadata.name
         volume = self._persistent_volume(name, args, self.bucket.name, child)
         claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",

@@ -14,6 +14,7 @@ secret. It does not create GPU nodes (GpuNodePool does).
 from __future__ import annotations
 
 import datetime
+import enum
 from dataclasses import dataclass
 
 import pulumi
@@ -23,6 +24,13 @@ import pulumi_kubernetes as k8s
 from .options import child_options
 
 SYSTEM_POOL = "system-pool"
+
+
+class ClusterMode(str, enum.Enum):
+    STANDARD = "standard"
+    AUTOPILOT = "autopilot"
+
+
 EXCLUSION_START_PATH = "maintenancePolicy.maintenanceExclusions[0].startTime"
 SYSTEM_MACHINE_TYPE = "c2-standard-16"
 SYSTEM_DISK_GB = 200
@@ -56,6 +64,7 @@ class GkeClusterArgs:
 
 class GkeCluster(pulumi.ComponentResource):
     cluster: gcp.container.Cluster
+    system_pool: gcp.container.NodePool | None  # Standard only
     provider: k8s.Provider
     kubeconfig: pulumi.Output[str]
     name: pulumi.Output[str]
@@ -78,8 +87,7 @@ class GkeCluster(pulumi.ComponentResource):
                 ),
             ),
         )
-        if not args.autopilot:
-            self.system_pool = _system_pool(name, args, self.cluster, child)
+        self.system_pool = None if args.autopilot else _system_pool(name, args, self.cluster, child)
 
         self.name = self.cluster.name
         self.location = self.cluster.location

@@ -94,7 +94,8 @@ def _workload_policy(
     return gcp.compute.ResourcePolicy(
         f"{name}-placement",
         gcp.compute.ResourcePolicyArgs(
-            name=f"{name}-{A4X_TOPOLOGY}-placement",
+            # Regional and project-wide: named after the cluster so two stacks never collide.
+            name=pulumi.Output.concat(args.cluster, f"-{A4X_TOPOLOGY}-placement"),
             project=args.project,
             region=args.region,
             workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(

@@ -35,13 +35,19 @@ from pulumi.runtime import rpc
 
 from .grpo_run import GrpoRunConfig, WaitFor, entrypoint, run_problems, runtime_env
 from .hardware import HardwareProfile
-from .ray_access import RayAccessError, RayJobs, RayUnreachable, RequestPolicy, open_dashboard
+from .layout import DASHBOARD_PORT
 from .options import child_options
+from .ray_access import (
+    RayAccessError,
+    RayJobs,
+    RayUnreachable,
+    RequestPolicy,
+    open_dashboard,
+)
 
 # Bump when the provider's behaviour changes: a changed input makes the engine call update,
 # because the provider itself is pickled by reference and its code is not part of the diff.
 PROVIDER_VERSION = "1"
-DASHBOARD_PORT = 8265
 
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 # Statuses that satisfy each waitFor: a job that already succeeded has been running.
@@ -125,12 +131,12 @@ class GrpoJob(pulumi.ComponentResource):
         self.entrypoint = job.entrypoint
         self.metrics = job.metrics
         self.register_outputs({
-            "submission_id": self.submission_id,
+            "submissionId": self.submission_id,
             "status": self.status,
-            "start_time": self.start_time,
-            "end_time": self.end_time,
-            "dashboard_path": self.dashboard_path,
-            "checkpoint_uri": self.checkpoint_uri,
+            "startTime": self.start_time,
+            "endTime": self.end_time,
+            "dashboardPath": self.dashboard_path,
+            "checkpointUri": self.checkpoint_uri,
             "entrypoint": self.entrypoint,
             "metrics": self.metrics,
         })
@@ -235,7 +241,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
             info = jobs.info()
             if info is None:
                 return dynamic.ReadResult("", {})  # gone from Ray: drop it from the stack
-            return dynamic.ReadResult(id_, {**props, **_observed(jobs, info)})
+            return dynamic.ReadResult(id_, {**props, **_observed(jobs, info, props)})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         try:
@@ -249,7 +255,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
 
     def _follow(self, jobs: RayJobs, props: dict[str, Any]) -> dict[str, Any]:
         info = _wait(jobs, WaitFor(props["wait_for"]), props["timeout_s"], self.policy)
-        return {**props, **_observed(jobs, info)}
+        return {**props, **_observed(jobs, info, props)}
 
     def _stop(self, jobs: RayJobs) -> None:
         info = jobs.info()
@@ -334,15 +340,28 @@ def _poll(
         interval = min(interval * 2, policy.poll_max_s)
 
 
-def _observed(jobs: RayJobs, info: dict[str, Any]) -> dict[str, Any]:
+def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
     return {
         "status": info["status"],
         "message": info.get("message") or "",
         "start_time": _iso(info.get("start_time")),
         "end_time": _iso(info.get("end_time")),
         "dashboard_path": f"/#/jobs/{jobs.submission_id}",
-        "metrics": last_metrics(jobs.logs()),
+        "metrics": _metrics(jobs, props.get("metrics")),
     }
+
+
+def _metrics(jobs: RayJobs, previous: dict[str, float] | None) -> dict[str, float] | None:
+    """The last metric line of the log; the previous snapshot if the log cannot be read.
+
+    The whole log is fetched (the REST API has no tail): after days of NCCL INFO lines that can
+    time out, and the job's status must still be reported when it does.
+    """
+    try:
+        return last_metrics(jobs.logs())
+    except RayAccessError as error:
+        pulumi.log.warn(f"metrics not refreshed, keeping the last ones: {error}")
+        return previous
 
 
 def _iso(epoch_ms: int | None) -> str | None:

@@ -25,15 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from .hardware import HardwareProfile, NodeNetworking, Target
+from .layout import CHECKPOINT_DIR, CHECKPOINT_SUBPATH, DATA_MOUNT, HF_HOME, VERL_DIR
 
 CONFIG_KEY = "verl-gke:job"
 # The bucket is mounted at /data in every Ray pod (GcsFuseStorage); the tutorial's checkpoint
 # dir, so `gs://<bucket>/verl/checkpoints` holds the checkpoints.
-DATA_MOUNT = "/data"
-CHECKPOINT_SUBPATH = "verl/checkpoints"
-CHECKPOINT_DIR = f"{DATA_MOUNT}/{CHECKPOINT_SUBPATH}"
-VERL_SOURCE_DIR = f"{DATA_MOUNT}/verl"
-HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
 
 OverrideValue = str | int | float | bool
 
@@ -269,7 +265,7 @@ def entrypoint(
     overrides = hydra_overrides(run, profile, nodes, checkpoint_dir)
     arguments = " ".join(shlex.quote(f"{key}={value}") for key, value in overrides.items())
     return (
-        f"cd {VERL_SOURCE_DIR} && PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo {arguments}"
+        f"cd {VERL_DIR} && PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo {arguments}"
     )
 
 
@@ -307,7 +303,7 @@ def runtime_env(profile: HardwareProfile, nodes: int) -> dict:
     it by mistake (ANCHORS defect 1).
     """
     env = {
-        "PYTHONPATH": VERL_SOURCE_DIR,
+        "PYTHONPATH": VERL_DIR,
         "NCCL_DEBUG": "INFO",
         **_VERL_ENV,
         "HF_HOME": HF_HOME,

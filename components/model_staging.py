@@ -32,6 +32,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from . import pins
+from .layout import (
+    DATA_MOUNT,
+    GSM8K_DIR,
+    HF_SECRET_KEY,
+    HF_SECRET_NAME,
+    PVC_NAME,
+    TRAIN_FILES,
+    VAL_FILES,
+    VERL_DIR,
+)
 from .options import child_options
 
 CONFIG_KEY = "verl-gke:staging"
@@ -41,11 +51,6 @@ SCRIPT = Path(__file__).parent / "staging" / "stage.py"
 SCRIPT_MOUNT = "/opt/verl-gke-staging"
 
 # The bucket layout the RayCluster and GrpoJob read (TUTORIAL.md "Model and data staging").
-DATA_MOUNT = "/data"
-VERL_PATH = f"{DATA_MOUNT}/verl"
-GSM8K_PATH = f"{DATA_MOUNT}/gsm8k"
-TRAIN_FILES = f"{GSM8K_PATH}/train.parquet"
-VAL_FILES = f"{GSM8K_PATH}/test.parquet"
 MARKER_PATH = f"{DATA_MOUNT}/.verl-gke-staging.json"
 WORK_PATH = f"{DATA_MOUNT}/.verl-gke-staging"  # scratch space; on the mount so renames are moves
 # Top-level names a model must not be staged over: verl's source, the data, and HF_HOME of the
@@ -207,9 +212,9 @@ class ModelStagingArgs:
     # Kubernetes tolerations as plain data, camelCase keys (`key`, `operator`, `value`,
     # `effect`, `tolerationSeconds`); default: none.
     tolerations: Sequence[Mapping[str, Any]] = ()
-    pvc_name: pulumi.Input[str] = "training-bucket-pvc"  # the GCS FUSE claim, mounted at /data
-    hf_secret_name: pulumi.Input[str] = "hf-secret"  # Secret holding the Hugging Face token
-    hf_secret_key: pulumi.Input[str] = "hf_api_token"  # its key
+    pvc_name: pulumi.Input[str] = PVC_NAME  # the GCS FUSE claim, mounted at /data
+    hf_secret_name: pulumi.Input[str] = HF_SECRET_NAME  # Secret holding the Hugging Face token
+    hf_secret_key: pulumi.Input[str] = HF_SECRET_KEY  # its key
     image: str = pins.STAGING_IMAGE  # needs python3, git, verl's imports and huggingface_hub
 
 
@@ -237,7 +242,7 @@ class ModelStaging(pulumi.ComponentResource):
             raise ValueError(f"ModelStaging {name!r}: " + "; ".join(problems))
         super().__init__(TYPE_TOKEN, name, None, opts)
         self.model_path = model_path(args.staging.model_id)
-        self.verl_path = VERL_PATH
+        self.verl_path = VERL_DIR
         self.train_files = TRAIN_FILES
         self.val_files = VAL_FILES
         self.marker_path = MARKER_PATH
@@ -310,8 +315,8 @@ def staging_env(cfg: StagingConfig) -> dict[str, str]:
     return {
         "STAGING_VERL_REPO": pins.VERL_REPO,
         "STAGING_VERL_REF": pins.VERL_REF,
-        "STAGING_VERL_DIR": VERL_PATH,
-        "STAGING_GSM8K_DIR": GSM8K_PATH,
+        "STAGING_VERL_DIR": VERL_DIR,
+        "STAGING_GSM8K_DIR": GSM8K_DIR,
         "STAGING_MODEL_ID": cfg.model_id,
         "STAGING_MODEL_REVISION": cfg.model_revision,
         "STAGING_MODEL_DIR": model_path(cfg.model_id),

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import pins
-from .hardware import NodeNetworking, HardwareProfile
+from .hardware import HardwareProfile, NodeNetworking
 from .options import child_options
 
 

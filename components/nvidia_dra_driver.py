@@ -23,8 +23,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import pins
-from .helm import pinned_release
 from .hardware import HardwareProfile, NodeNetworking
+from .helm import pinned_release
 from .options import child_options
 
 NAMESPACE = "nvidia-dra-driver-gpu"
@@ -188,10 +188,10 @@ class NvidiaDraDriver(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "namespace": self.namespace_name,
-                "release_name": self.release_name,
-                "release_version": self.release_version,
-                "rdma_claim_template": self.rdma_claim_template,
-                "compute_domain_claim_template": self.compute_domain_claim_template,
+                "releaseName": self.release_name,
+                "releaseVersion": self.release_version,
+                "rdmaClaimTemplate": self.rdma_claim_template,
+                "computeDomainClaimTemplate": self.compute_domain_claim_template,
             }
         )
 

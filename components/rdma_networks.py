@@ -15,6 +15,8 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from .options import child_options
+
 # Cluster Toolkit's gpu-rdma-vpc module and its gke-a4 / gke-a3-ultragpu blueprints set this MTU
 # on both VPCs: RoCE and the gVNIC data path both need jumbo frames for line rate.
 MTU = 8896
@@ -54,6 +56,7 @@ class RdmaNetworks(pulumi.ComponentResource):
         super().__init__("verl-gke:index:RdmaNetworks", name, None, opts)
         self._name = name
         self._args = args
+        self._child = child_options(self, opts)
 
         self.gvnic_network = self._vpc("gvnic", args.gvnic_prefix, profile=None)
         self.gvnic_subnet = self._subnet("gvnic-sub", f"{args.gvnic_prefix}-sub", self.gvnic_network, GVNIC_CIDR)
@@ -70,7 +73,7 @@ class RdmaNetworks(pulumi.ComponentResource):
                 ],
                 source_ranges=[GVNIC_FIREWALL_SOURCE],
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self._child,
         )
         # The RoCE profile must be given as a full URL (Cluster Toolkit gpu-rdma-vpc); it pins
         # the VPC to the zone whose RDMA fabric the nodes sit on.
@@ -106,7 +109,7 @@ class RdmaNetworks(pulumi.ComponentResource):
                 mtu=MTU,
                 network_profile=profile,
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self._child,
         )
 
     def _subnet(
@@ -121,7 +124,7 @@ class RdmaNetworks(pulumi.ComponentResource):
                 network=network.id,
                 ip_cidr_range=cidr,
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self._child,
         )
 
     def map_into_cluster(self, provider: k8s.Provider) -> list[pulumi.Resource]:
@@ -131,7 +134,7 @@ class RdmaNetworks(pulumi.ComponentResource):
             (rdma_network(n), self.rdma_network.name, subnet.name, "RDMA")
             for n, subnet in enumerate(self.rdma_subnets)
         ]
-        opts = pulumi.ResourceOptions(parent=self, provider=provider)
+        opts = pulumi.ResourceOptions.merge(self._child, pulumi.ResourceOptions(provider=provider))
         created: list[pulumi.Resource] = []
         for network, vpc, subnet, device_mode in pairs:
             params = k8s.apiextensions.CustomResource(

@@ -30,12 +30,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import pins
-from .helm import pinned_release
-from .config import ClusterMode
+from .gke_cluster import ClusterMode
 from .hardware import Arch, HardwareProfile, NodeNetworking, PodShape, Target
+from .helm import pinned_release
+from .layout import DASHBOARD_PORT, DATA_MOUNT
 from .options import child_options
 
-DASHBOARD_PORT = 8265
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001}
 # Ray's Prometheus endpoint on every Ray pod (KubeRay's default `metrics-export-port`).
 METRICS_PORT = 8080
@@ -64,7 +64,6 @@ NVIDIA_HOST_PATH = "/home/kubernetes/bin/nvidia"
 GIB_HOST_PATH = "/home/kubernetes/bin/gib"
 NVIDIA_LIB64 = "/usr/local/nvidia/lib64"
 
-DATA_MOUNT = "/data"
 BUCKET_VOLUME = "training-bucket-vol"
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"
 
@@ -520,10 +519,10 @@ class VerlRayCluster(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "name": self.name,
-                "head_service": self.head_service,
-                "dashboard_port": self.dashboard_port,
-                "worker_replicas": self.worker_replicas,
-                "worker_group": self.worker_group,
+                "headService": self.head_service,
+                "dashboardPort": self.dashboard_port,
+                "workerReplicas": self.worker_replicas,
+                "workerGroup": self.worker_group,
             }
         )
 

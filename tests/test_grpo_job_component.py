@@ -8,10 +8,11 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components import grpo_run
+from components import grpo_job, grpo_run
 from components.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
 from components.grpo_run import GrpoRunConfig
 from components.hardware import profile
+from components.ray_access import RayAccessError
 from tools import mockrun
 
 DYNAMIC_TYPE = "pulumi-python:dynamic/verl-gke:GrpoRun"
@@ -93,3 +94,23 @@ def test_an_invalid_run_is_refused_before_anything_is_registered():
     message = str(failure.value)
     assert "verl-gke:job.tensorModelParallelSize=3" in message
     assert "verl-gke:job.nnodes=9" in message
+
+
+class _LogsUnreadable:
+    """A job whose status Ray reports but whose log cannot be fetched in time."""
+
+    submission_id = "verl-gke-a4-grpo-0123456789ab"
+
+    def logs(self) -> str:
+        raise RayAccessError("GET /logs timed out after 15 s")
+
+
+def test_refresh_keeps_the_last_metrics_when_the_log_cannot_be_read():
+    """A log too large to fetch does not fail `pulumi refresh`: status is reported and the
+    previous metrics snapshot is kept."""
+    previous = {"step": 41.0, "critic/score/mean": 0.62}
+    info = {"status": "RUNNING", "start_time": 1_700_000_000_000}
+    observed = grpo_job._observed(_LogsUnreadable(), info, {"metrics": previous})
+    assert observed["status"] == "RUNNING"
+    assert observed["metrics"] == previous
+    assert observed["start_time"] == "2023-11-14T22:13:20+00:00"

@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -19,11 +20,11 @@ from pathlib import Path
 import dill
 import pytest
 import requests
+from pulumi.dynamic.dynamic import serialize_provider
 
 from components import grpo_job
 from components.grpo_job import GrpoJobProvider
 from components.ray_access import RayAccessError, RayUnreachable, RequestPolicy
-from pulumi.dynamic.dynamic import serialize_provider
 from tests.local_ray import free_port, local_ray
 
 FAKES = Path(__file__).parent / "fakes"
@@ -255,13 +256,31 @@ def test_a_listener_that_never_answers_times_out(provider):
         assert time.monotonic() - started < 15
 
 
+# What the engine's dynamic-provider process does with the serialized provider: a fresh
+# interpreter in the project directory that has never imported the program's modules.
+_REVIVE = """
+import base64, json, sys
+import dill
+provider = dill.loads(base64.b64decode(sys.argv[1]))
+print(json.dumps(provider.create(json.loads(sys.argv[2])).outs["status"]))
+"""
+
+
 def test_provider_survives_the_engines_pickling(ray_head):
-    """The provider as the engine ships it (dill + base64) still creates a job against Ray."""
+    """The provider as the engine ships it (dill + base64), revived in a fresh process, still
+    creates a job against Ray."""
     shipped = serialize_provider(GrpoJobProvider(POLICY))
-    revived = dill.loads(base64.b64decode(shipped))
-    assert revived.policy == POLICY
-    created = revived.create(props(ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0.1"))
-    assert created.outs["status"] in ("RUNNING", "SUCCEEDED")
+    assert dill.loads(base64.b64decode(shipped)).policy == POLICY
+    inputs = props(ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0.1")
+    done = subprocess.run(
+        [sys.executable, "-c", _REVIVE, shipped, json.dumps(inputs)],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) in ("RUNNING", "SUCCEEDED")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pulumi
 import pytest
 
 from components import pins
-from components.config import ClusterMode
+from components.gke_cluster import ClusterMode
 from components.hardware import Target, profile
 from components.nvidia_dra_driver import (
     NvidiaDraDriver,

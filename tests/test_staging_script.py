@@ -113,6 +113,10 @@ class World:
     def model_dir(self) -> Path:
         return self.data / "tiny-model"
 
+    @property
+    def work_dir(self) -> Path:
+        return self.data / ".verl-gke-staging"
+
     def run(self, *, ref: str | None = None, revision: str = REV_A) -> subprocess.CompletedProcess:
         env = {
             "PATH": "/usr/bin:/bin",
@@ -131,7 +135,7 @@ class World:
             "STAGING_MODEL_REVISION": revision,
             "STAGING_MODEL_DIR": str(self.model_dir),
             "STAGING_MARKER": str(self.marker),
-            "STAGING_WORK_DIR": str(self.data / ".verl-gke-staging"),
+            "STAGING_WORK_DIR": str(self.work_dir),
         }
         done = subprocess.run(
             [sys.executable, str(STAGE)], env=env, capture_output=True, text=True, timeout=120
@@ -175,6 +179,9 @@ def _write(path: Path, text: str) -> None:
 
 
 def _commit_verl(repo: Path, version: str) -> str:
+    for stale in (repo / "verl").glob("only_in_*.py"):
+        stale.unlink()  # each version has a module the other lacks
+    _write(repo / "verl" / f"only_in_{version}.py", "")
     _write(repo / "verl" / "__init__.py", f"VERSION = {version!r}\n")
     _write(repo / "examples" / "data_preprocess" / "gsm8k.py", textwrap.dedent(STAND_IN_GSM8K))
     _git(repo, "add", "-A")
@@ -277,8 +284,9 @@ def test_changed_revision_restages_only_the_model(world: World) -> None:
 
 
 def test_changed_verl_ref_restages_verl_and_gsm8k_and_keeps_checkpoints(world: World) -> None:
-    """A new verl ref re-stages the source and the GSM8K files verl's script makes, keeps what
-    training wrote under /data/verl (checkpoints), and does not touch the model."""
+    """A new verl ref replaces the source (no file of the old ref remains) and the GSM8K files
+    verl's script makes, keeps what training wrote under /data/verl (checkpoints), and does not
+    touch the model."""
     assert world.run().returncode == 0
     checkpoint = world.data / "verl" / "checkpoints" / "global_step_1" / "actor.pt"
     _write(checkpoint, "weights of step 1")
@@ -291,6 +299,10 @@ def test_changed_verl_ref_restages_verl_and_gsm8k_and_keeps_checkpoints(world: W
 
     assert done.returncode == 0, done.stderr
     assert (world.data / "verl" / "verl" / "__init__.py").read_text() == "VERSION = 'B'\n"
+    # Nothing of ref A survives: a module B deleted must not stay importable from PYTHONPATH.
+    assert sorted(p.name for p in (world.data / "verl" / "verl").glob("only_in_*.py")) == [
+        "only_in_B.py"
+    ]
     assert {r["verl"] for r in gsm8k_rows(world, "train.parquet")} == {"B"}
     assert snapshot(world.data / "verl" / "checkpoints") == kept
     assert checkpoint.read_text() == "weights of step 1"
@@ -334,3 +346,20 @@ def test_unknown_verl_ref_fails_with_gits_reason_and_stages_nothing(world: World
     assert "0badc0de" in done.stderr
     assert not world.marker.exists()
     assert sorted(p.name for p in world.data.iterdir()) == [".verl-gke-staging"]
+
+
+def test_checkpoints_parked_by_a_run_that_died_are_restored(world: World) -> None:
+    """If a run dies between parking the checkpoints and putting them back, the next run puts
+    them back (and never deletes them as a leftover), even when nothing needs staging."""
+    assert world.run().returncode == 0
+    checkpoint = world.data / "verl" / "checkpoints" / "global_step_1" / "actor.pt"
+    _write(checkpoint, "weights of step 1")
+    parked = world.work_dir / "verl.kept"
+    parked.mkdir(parents=True)
+    (world.data / "verl" / "checkpoints").rename(parked / "checkpoints")
+
+    done = world.run()
+
+    assert done.returncode == 0, done.stderr
+    assert checkpoint.read_text() == "weights of step 1"
+    assert not parked.exists()

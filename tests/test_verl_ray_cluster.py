@@ -13,7 +13,7 @@ import pulumi
 import pytest
 
 from components import pins
-from components.config import ClusterMode
+from components.gke_cluster import ClusterMode
 from components.hardware import Arch, NodeNetworking, Target, profile
 from components.verl_ray_cluster import (
     CLUSTER_NAMES,

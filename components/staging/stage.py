@@ -59,6 +59,8 @@ GSM8K_FILES = ("train.parquet", "test.parquet")
 # which makes gcsfuse stage it whole on the sidecar's disk until it is closed (four shards of
 # about 4 GB each for Qwen2.5-32B: the sidecar's ephemeral storage is sized for that).
 MODEL_DOWNLOAD_WORKERS = 4
+# Training's checkpoint directory inside the verl source tree (see Step.keep).
+CHECKPOINTS = "checkpoints"
 
 
 class StagingError(RuntimeError):
@@ -86,8 +88,13 @@ class Step:
     wanted: dict[str, str]  # what the marker records once `dest` holds this result
     build: Callable[[Path], None]  # fills the scratch directory it is given
     resumable: bool = False  # keep a failed attempt's scratch directory for the next try
-    # Replace only the entries the build has, leaving whatever else is in `dest` in place.
-    keep_foreign: bool = False
+    # Entries of `dest` that are not staged content (training writes them) and must survive a
+    # re-staging; everything else in `dest` is replaced, so no stale file of an old ref remains.
+    keep: tuple[str, ...] = ()
+
+    @property
+    def parked_name(self) -> str:
+        return f"{self.name}.kept"
 
     @property
     def scratch_name(self) -> str:
@@ -126,9 +133,9 @@ def plan(s: Settings) -> list[Step]:
             s.verl_dir,
             {"repo": s.verl_repo, "ref": s.verl_ref},
             lambda scratch: clone_verl(s, scratch),
-            # The training job checkpoints to /data/verl/checkpoints (the tutorial's layout) and
-            # `pip install -e` writes verl.egg-info there: a new ref must not delete them.
-            keep_foreign=True,
+            # The training job checkpoints to /data/verl/checkpoints (the tutorial's layout,
+            # components/layout.py CHECKPOINT_DIR): a new ref must never delete them.
+            keep=(CHECKPOINTS,),
         ),
         # verl's script at that ref defines the rows, so a new ref re-runs it.
         Step(
@@ -227,19 +234,31 @@ def clear_stale(work_dir: Path, keep: set[str]) -> None:
             entry.unlink()
 
 
-def install(step: Step, built: Path, trash: Path) -> None:
+def install(step: Step, built: Path, trash: Path, parked: Path) -> None:
     """Rename a finished build into place; what it replaces goes to `trash`, then is deleted.
 
-    Only staged content ever reaches `trash`, so a leftover one is safe to delete next run.
+    The step's `keep` entries are parked first, outside `trash` and every scratch directory, and
+    moved into the new `dest` after the swap. Only staged content ever reaches `trash`, so a
+    leftover one is safe to delete next run; a leftover `parked` is restored (`unpark`).
     """
     trash.mkdir(parents=True, exist_ok=True)
-    if step.keep_foreign and step.dest.exists():
-        for entry in sorted(built.iterdir()):
-            swap(entry, step.dest / entry.name, trash)
-        built.rmdir()
-    else:
-        swap(built, step.dest, trash)
+    for name in step.keep:
+        if (step.dest / name).exists():
+            parked.mkdir(parents=True, exist_ok=True)
+            (step.dest / name).rename(parked / name)
+    swap(built, step.dest, trash)
+    unpark(step, parked)
     shutil.rmtree(trash)
+
+
+def unpark(step: Step, parked: Path) -> None:
+    """Move parked `keep` entries back into `dest` (also recovers from a run that died)."""
+    if not parked.exists() or not step.dest.exists():
+        return
+    for entry in sorted(parked.iterdir()):
+        log(f"{step.name}: keeping {entry.name}")
+        entry.rename(step.dest / entry.name)
+    parked.rmdir()
 
 
 def swap(new: Path, target: Path, trash: Path) -> None:
@@ -250,6 +269,7 @@ def swap(new: Path, target: Path, trash: Path) -> None:
 
 def run_step(step: Step, marker: dict[str, dict[str, str]], s: Settings) -> bool:
     """Bring one destination up to date; True if it had to be staged."""
+    unpark(step, s.work_dir / step.parked_name)
     if marker.get(step.name) == step.wanted and step.dest.exists():
         log(f"{step.name}: up to date at {step.dest} ({step.wanted})")
         return False
@@ -261,7 +281,7 @@ def run_step(step: Step, marker: dict[str, dict[str, str]], s: Settings) -> bool
     step.build(scratch)
     if marker.pop(step.name, None) is not None:
         write_marker(s.marker, marker)
-    install(step, scratch, s.work_dir / f"{step.name}.old")
+    install(step, scratch, s.work_dir / f"{step.name}.old", s.work_dir / step.parked_name)
     marker[step.name] = step.wanted
     write_marker(s.marker, marker)
     log(f"{step.name}: done")
@@ -272,7 +292,7 @@ def main(env: Mapping[str, str] = os.environ) -> int:
     s = settings_from_env(env)
     steps = plan(s)
     s.work_dir.mkdir(parents=True, exist_ok=True)
-    clear_stale(s.work_dir, {step.scratch_name for step in steps})
+    clear_stale(s.work_dir, {name for step in steps for name in (step.scratch_name, step.parked_name)})
     marker = read_marker(s.marker)
     staged = [step.name for step in steps if run_step(step, marker, s)]
     log(f"staged: {', '.join(staged)}" if staged else "nothing to do: the bucket is up to date")
