@@ -303,12 +303,9 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             f"{NAMESPACE}:reservation = {config.reservation!r} is not a reservation name: use "
             "`<name>` or `<name>/reservationBlocks/<block>`"
         )
-    nodes_ok = 1 <= config.nodes <= hw.max_nodes
-    if not nodes_ok:
-        problems.append(
-            f"{NAMESPACE}:gpuNodes = {config.nodes} is out of range for {hw.machine_type}: "
-            f"use 1 to {hw.max_nodes}"
-        )
+    nodes_problem = hw.nodes_problem(f"{NAMESPACE}:gpuNodes", config.nodes)
+    if nodes_problem:
+        problems.append(nodes_problem)
     if not re.fullmatch(r"[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]", config.bucket) or ".." in config.bucket:
         problems.append(
             f"{NAMESPACE}:bucketName = {config.bucket!r} is not a valid bucket name: use 3-63 "
@@ -328,7 +325,7 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             f"huggingface.co/settings/tokens), or set {NAMESPACE}:staging.skip to true for a "
             "bucket you filled yourself"
         )
-    if nodes_ok:  # the run's checks divide by the GPU count
+    if not nodes_problem:  # the run's checks divide by the GPU count
         problems += run_problems(config.run, hw, config.nodes)
     problems += staging_problems(config.staging)
     return problems

@@ -68,6 +68,12 @@ class HardwareProfile:
     shm_size: str  # /dev/shm (Memory emptyDir) of a worker
     head: PodShape
 
+    def nodes_problem(self, key: str, nodes: int) -> str | None:
+        """Why `nodes` GPU nodes of this machine type cannot be, naming `key`; None if they can."""
+        if 1 <= nodes <= self.max_nodes:
+            return None
+        return f"{key} = {nodes} is out of range for {self.machine_type}: use 1 to {self.max_nodes}"
+
 
 _A4 = HardwareProfile(
     target=Target.A4,

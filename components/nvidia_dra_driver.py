@@ -67,10 +67,8 @@ def problems(args: NvidiaDraDriverArgs) -> list[str]:
             f"profile = {hw.target.value} has no DRA NICs or multi-node NVLink: create "
             "NvidiaDraDriver for a4x only"
         )
-    if not 1 <= args.nodes <= hw.max_nodes:
-        found.append(
-            f"nodes = {args.nodes} is out of range for {hw.machine_type}: use 1 to {hw.max_nodes}"
-        )
+    if problem := hw.nodes_problem("nodes", args.nodes):
+        found.append(problem)
     if not args.workload_namespace:
         found.append("workload_namespace is empty: pass the RayCluster's namespace")
     return found

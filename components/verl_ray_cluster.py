@@ -152,10 +152,8 @@ def problems(args: VerlRayClusterArgs) -> list[str]:
             f"mode = 'autopilot' is not available for target {hw.target.value}: "
             "A4X runs on a Standard cluster only"
         )
-    if not 1 <= args.nodes <= hw.max_nodes:
-        found.append(
-            f"nodes = {args.nodes} is out of range for {hw.machine_type}: use 1 to {hw.max_nodes}"
-        )
+    if problem := hw.nodes_problem("nodes", args.nodes):
+        found.append(problem)
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", args.namespace):
         found.append(
             f"namespace = {args.namespace!r} is not a Kubernetes namespace name: use lowercase "
