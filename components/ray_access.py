@@ -18,6 +18,7 @@ This also keeps `import ray` (about a second) out of the provider process.
 
 from __future__ import annotations
 
+import abc
 import collections
 import contextlib
 import os
@@ -59,17 +60,17 @@ class RayUnreachable(RayAccessError):
     """No answer from the dashboard at all (as opposed to an answer that is an error)."""
 
 
-class Dashboard:
+class Dashboard(abc.ABC):
     """Where the dashboard is right now, and what to tell the user when it does not answer."""
 
-    def address(self) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def address(self) -> str: ...
 
-    def describe(self) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def describe(self) -> str: ...
 
-    def hint(self) -> str:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def hint(self) -> str: ...
 
 
 class FixedDashboard(Dashboard):
