@@ -65,10 +65,18 @@ class StackConfig(BaseModel):
         use_enum_values=False,
     )
 
-    project: str = Field(description="GCP project id (the `gcp:project` key).")
+    project: str = Field(
+        pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id (`gcp:project`)."
+    )
     target: Target = Field(description="Hardware target: a4 (B200), a3u (H200), a4x (GB200).")
-    region: str = Field(description="Region of the control plane, bucket and subnets.")
-    zone: str = Field(description="Zone of the GPU nodes (where the reservation is).")
+    region: str = Field(
+        pattern=r"^[a-z]+-[a-z]+[0-9]+$",
+        description="Region of the control plane, bucket and subnets.",
+    )
+    zone: str = Field(
+        pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$",
+        description="Zone of the GPU nodes (where the reservation is).",
+    )
     cluster_name: str = Field("verl", pattern=_NAME, max_length=40, description="GKE cluster name.")
     cluster_mode: ClusterMode = Field(ClusterMode.STANDARD, description="standard or autopilot.")
     provisioning: Capacity = Field(
@@ -235,6 +243,9 @@ def _unknown_key(key: str) -> str:
 
 
 _FIXES = {
+    "project": "use the project id (not its name or number): `gcloud config get project`",
+    "region": "use a region such as us-central1 (`gcloud compute regions list`)",
+    "zone": "use a zone such as us-central1-b (`gcloud compute zones list`)",
     "target": "use a4 (B200), a3u (H200) or a4x (GB200)",
     "clusterMode": "use standard or autopilot",
     "provisioning": "use reservation, spot or flex-start",

@@ -81,6 +81,9 @@ def test_cli_strings_are_converted():
         ("deleteBucketOnDestroy", "yes please", "use true or false"),
         ("maintenanceExclusionStart", "next week", "RFC 3339"),
         ("gvnicNetworkPrefix", "GV", "see its description"),
+        ("rdmaNetworkPrefix", "rdma_", "see its description"),
+        ("region", "US Central", "use a region such as us-central1"),
+        ("zone", "b", "use a zone such as us-central1-b"),
     ],
 )
 def test_bad_value_names_key_value_and_fix(key, value, expected):
@@ -88,6 +91,13 @@ def test_bad_value_names_key_value_and_fix(key, value, expected):
     [message] = problems(**{key: value})
     assert message.startswith(f"verl-gke:{key} = {value!r} is invalid")
     assert expected in message
+
+
+def test_bad_project_id_is_explained():
+    """gcp:project takes the id; a display name is refused with the command that prints the id."""
+    [message] = problems(**{"gcp:project": "My Project"})
+    assert message.startswith("gcp:project = 'My Project' is invalid")
+    assert "gcloud config get project" in message
 
 
 @pytest.mark.parametrize(
