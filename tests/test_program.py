@@ -302,12 +302,7 @@ def test_the_no_upgrade_window_does_not_move_every_day():
 
 def _run_with(stack: str, changes: dict[str, str]) -> mockrun.Recording:
     """The whole program for `stack` (Standard) with some config keys changed."""
-    inputs = plan.stack_inputs(stack, "standard")
-    inputs.config.update(changes)
-    return mockrun.run(
-        lambda: plan.runpy.run_path(str(plan.ROOT / "__main__.py"), run_name="__pulumi_main__"),
-        project="verl-gke", stack=stack, config=inputs.config, secret_keys=inputs.secret_keys,
-    )
+    return plan.run_program(stack, "standard", changes)[1]
 
 
 def test_outputs_are_the_documented_contract(program):

@@ -116,27 +116,28 @@ def k8s_object(resource: Registered) -> dict[str, Any]:
 
 def redact(value: Any) -> Any:
     """Deep copy with secrets replaced by "[secret]" and integral floats turned into ints."""
-    if rpc.is_rpc_secret(value):
-        inner = rpc.unwrap_rpc_secret(value)
-        # A secret map keeps its keys (which entries exist is not secret), never its values.
-        return {k: SECRET for k in inner} if isinstance(inner, dict) else SECRET
-    if isinstance(value, dict):
-        return {k: redact(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
+    return _plain(value, _hide)
+
+
+def _hide(inner: Any) -> Any:
+    # A secret map keeps its keys (which entries exist is not secret), never its values.
+    return {k: SECRET for k in inner} if isinstance(inner, dict) else SECRET
 
 
 def unwrap(value: Any) -> Any:
     """Deep copy with secrets unwrapped (their real values), for assertions on content."""
+    return _plain(value, unwrap)
+
+
+def _plain(value: Any, on_secret: Callable[[Any], Any]) -> Any:
+    """Deep copy as plain data: integral floats (the wire has no ints) become ints, and each
+    secret's inner value is handed to `on_secret`."""
     if rpc.is_rpc_secret(value):
-        return unwrap(rpc.unwrap_rpc_secret(value))
+        return on_secret(rpc.unwrap_rpc_secret(value))
     if isinstance(value, dict):
-        return {k: unwrap(v) for k, v in value.items()}
+        return {k: _plain(v, on_secret) for k, v in value.items()}
     if isinstance(value, list):
-        return [unwrap(v) for v in value]
+        return [_plain(v, on_secret) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value

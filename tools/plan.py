@@ -122,9 +122,13 @@ def _qualified(key: str, project: str) -> str:
     return key if ":" in key else f"{project}:{key}"
 
 
-def run_program(stack: str, mode: str | None = None) -> tuple[StackInputs, mockrun.Recording]:
-    """Run __main__.py under mocks with the stack's config. Raises ConfigError on bad config."""
+def run_program(
+    stack: str, mode: str | None = None, overrides: dict[str, str] | None = None
+) -> tuple[StackInputs, mockrun.Recording]:
+    """Run __main__.py under mocks with the stack's config, `overrides` (fully qualified keys)
+    applied on top. Raises ConfigError on bad config."""
     inputs = stack_inputs(stack, mode)
+    inputs.config.update(overrides or {})
     recording = mockrun.run(
         lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_main__"),
         project=project_name(),
