@@ -1,6 +1,6 @@
 """verl-gke: a GKE GPU cluster running GRPO fine-tuning with verl on Ray, as one Pulumi stack.
 
-The stack's config is read and validated once (components/config.py); each concern is one
+The stack's config is read and validated once (components/schema/config.py); each concern is one
 component; the training job is the last resource. `make plan STACK=<stack>` runs this same file
 under Pulumi's mock runtime.
 """
@@ -8,19 +8,19 @@ under Pulumi's mock runtime.
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import config
-from components.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
-from components.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
-from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from components.grpo_job import GrpoJob, GrpoJobArgs
-from components.grpo_run import checkpoint_uri
-from components.hardware import NodeNetworking
-from components.layout import HF_SECRET_NAME
-from components.model_staging import ModelStaging, ModelStagingArgs
-from components.nccl_installer import NcclInstaller, NcclInstallerArgs
-from components.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
-from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
-from components.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
+from components.schema import config
+from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
+from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
+from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.ray.grpo_job import GrpoJob, GrpoJobArgs
+from components.schema.run import checkpoint_uri
+from components.facts.hardware import NodeNetworking
+from components.facts.layout import HF_SECRET_NAME
+from components.storage.model_staging import ModelStaging, ModelStagingArgs
+from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
+from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
+from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
 
 cfg = config.from_pulumi()
 hw = cfg.hardware

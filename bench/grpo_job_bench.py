@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from components.grpo_job import PROVIDER_VERSION, GrpoJobProvider
+from components.ray.grpo_job import PROVIDER_VERSION, GrpoJobProvider
 from tests.local_ray import RAY, LocalRay, local_ray
 
 REPETITIONS = 5

@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-# The GKE version the program asks for on every target (components/config.py). Objects are
+# The GKE version the program asks for on every target (components/schema/config.py). Objects are
 # validated against that minor's published schemas.
 KUBERNETES_VERSION = "1.34.0"
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from components.gpu_node_pool import Capacity, GpuNodePool, GpuNodePoolArgs
-from components.hardware import profile
-from components.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.schema.choices import Capacity
+from components.facts.hardware import profile
+from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
 from tools import mockrun
 
 POOL = "gcp:container/nodePool:NodePool"

@@ -10,10 +10,10 @@ import pulumi
 import pytest
 import yaml
 
-from components import config
-from components.config import ConfigError, StackConfig
-from components.gpu_node_pool import Capacity
-from components.hardware import Target
+from components.schema import config
+from components.schema.config import ConfigError, StackConfig
+from components.schema.choices import Capacity
+from components.facts.hardware import Target
 from tools import plan
 
 ROOT = Path(__file__).resolve().parents[1]

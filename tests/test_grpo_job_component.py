@@ -8,11 +8,12 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components import grpo_job, grpo_run
-from components.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
-from components.grpo_run import GrpoRunConfig
-from components.hardware import profile
-from components.ray_access import RayAccessError
+from components.ray import grpo_job
+from components.schema import run as grpo_run
+from components.ray.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
+from components.schema.run import GrpoRunConfig
+from components.facts.hardware import profile
+from components.ray.ray_access import RayAccessError
 from tools import mockrun
 
 DYNAMIC_TYPE = "pulumi-python:dynamic/verl-gke:GrpoRun"

@@ -22,9 +22,9 @@ import pytest
 import requests
 from pulumi.dynamic.dynamic import serialize_provider
 
-from components import grpo_job
-from components.grpo_job import GrpoJobProvider
-from components.ray_access import RayAccessError, RayUnreachable, RequestPolicy
+from components.ray import grpo_job
+from components.ray.grpo_job import GrpoJobProvider
+from components.ray.ray_access import RayAccessError, RayUnreachable, RequestPolicy
 from tests.local_ray import free_port, local_ray
 
 FAKES = Path(__file__).parent / "fakes"

@@ -7,7 +7,7 @@ import shlex
 import pydantic
 import pytest
 
-from components.grpo_run import (
+from components.schema.run import (
     CHECKPOINT_DIR,
     GrpoRunConfig,
     WaitFor,
@@ -16,7 +16,7 @@ from components.grpo_run import (
     run_problems,
     runtime_env,
 )
-from components.hardware import Target, profile
+from components.facts.hardware import Target, profile
 
 # The tutorial's override table (TUTORIAL.md "GrpoJob"; seed text, both `ray job submit` commands).
 TUTORIAL_A4 = {

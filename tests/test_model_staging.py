@@ -14,14 +14,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from components import pins
-from components.model_staging import (
-    SCRIPT,
-    ModelStaging,
-    ModelStagingArgs,
-    StagingConfig,
-    staging_problems,
-)
+from components.facts import pins
+from components.schema.staging import StagingConfig, staging_problems
+from components.storage.model_staging import SCRIPT, ModelStaging, ModelStagingArgs
 from tests.k8s_schemas import validate
 from tools import mockrun
 
@@ -144,7 +139,7 @@ def test_job_is_bounded_and_awaited(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_pod_mounts_the_bucket_and_the_script(rendered: mockrun.Recording) -> None:
     """The pod mounts the GCS FUSE claim at /data with a sized gcsfuse sidecar, and runs the
-    script from a ConfigMap holding exactly components/staging/stage.py."""
+    script from a ConfigMap holding exactly components/storage/staging/stage.py."""
     job = _job(rendered)
     pod = job["spec"]["template"]["spec"]
     annotations = job["spec"]["template"]["metadata"]["annotations"]

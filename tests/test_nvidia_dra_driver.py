@@ -9,17 +9,17 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from components import pins
-from components.gke_cluster import ClusterMode
-from components.hardware import Target, profile
-from components.nvidia_dra_driver import (
+from components.facts import pins
+from components.schema.choices import ClusterMode
+from components.facts.hardware import Target, profile
+from components.cluster.nvidia_dra_driver import (
     NvidiaDraDriver,
     NvidiaDraDriverArgs,
     driver_values,
     quota_pods,
     render_compute_domain,
 )
-from components.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
+from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
 from tests import k8s_schemas
 from tools import mockrun
 

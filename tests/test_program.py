@@ -11,9 +11,9 @@ import json
 import pytest
 import yaml
 
-from components import pins
-from components.gcs_fuse_storage import mount_options
-from components.hardware import Arch, profile
+from components.facts import pins
+from components.storage.gcs_fuse_storage import mount_options
+from components.facts.hardware import Arch, profile
 from tests import k8s_schemas
 from tests.conftest import rendered
 from tools import mockrun, plan
@@ -331,9 +331,38 @@ def test_plan_files_have_the_documented_shape(tmp_path):
     assert document["exampleValues"]["gcp:project"] == "example-project"
     assert document["exampleValues"]["verl-gke:hfToken"] == "[secret]"
     for resource in document["resources"]:
-        assert set(resource) == {"urn", "type", "name", "parent", "inputs"}
+        assert set(resource) == {
+            "urn", "type", "name", "parent", "inputs", "options", "dependsOn", "inputsFrom",
+        }
+        assert set(resource["options"]) == {
+            "protect", "retainOnDelete", "deleteBeforeReplace", "ignoreChanges",
+            "replaceOnChanges", "customTimeouts", "import", "provider",
+        }
     manifests = list(yaml.safe_load_all((tmp_path / "a3u" / "manifests.yaml").read_text()))
     assert all({"apiVersion", "kind", "metadata"} <= set(m) for m in manifests)
+
+
+def test_plan_records_options_and_dependencies_as_the_engine_gets_them(tmp_path):
+    """plan.json carries each resource's engine options and the URNs it depends on, split into
+    explicit depends_on and the resources behind each input, so destroy order and replacement
+    behaviour can be read from the file alone."""
+    assert plan.write_plan("a4", None, tmp_path, quiet=True) == 0
+    document = json.loads((tmp_path / "a4" / "plan.json").read_text())
+    by_name = {(r["type"], r["name"]): r for r in document["resources"]}
+    urn = {key: r["urn"] for key, r in by_name.items()}
+    bucket = by_name[("gcp:storage/bucket:Bucket", "storage-bucket")]
+    assert bucket["options"]["retainOnDelete"] is True
+    job = by_name[("kubernetes:batch/v1:Job", "staging-job")]
+    assert job["options"]["deleteBeforeReplace"] is True
+    assert job["options"]["customTimeouts"]["create"].endswith("m")
+    provider = urn[("pulumi:providers:kubernetes", "gke-k8s")]
+    assert job["options"]["provider"] == provider
+    assert by_name[("gcp:container/cluster:Cluster", "gke-cluster")]["options"]["provider"] is None
+    iam = by_name[("gcp:storage/bucketIAMMember:BucketIAMMember", "storage-object-user")]
+    assert iam["inputsFrom"]["bucket"] == [bucket["urn"]]
+    run = by_name[(GRPO_RUN, "grpo-run")]
+    assert job["urn"] in run["dependsOn"]  # explicit: the job reads what staging wrote
+    assert urn[("kubernetes:ray.io/v1:RayCluster", "ray-ray-cluster")] in run["inputsFrom"]["access"]
 
 
 GRPO_RUN = "pulumi-python:dynamic/verl-gke:GrpoRun"

@@ -1,4 +1,4 @@
-"""The staging script (components/staging/stage.py) against a temp dir standing in for /data.
+"""The staging script (components/storage/staging/stage.py) against a temp dir standing in for /data.
 
 Every source is a tiny local fixture the test makes: a git repository with two commits holding a
 stand-in `verl` package and `examples/data_preprocess/gsm8k.py`, a GSM8K-shaped JSON file, and a
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-STAGE = Path(__file__).resolve().parents[1] / "components" / "staging" / "stage.py"
+STAGE = Path(__file__).resolve().parents[1] / "components" / "storage" / "staging" / "stage.py"
 
 TOKEN = "hf_fixture_token_must_never_be_printed"
 MODEL_ID = "tiny-org/tiny-model"

@@ -12,10 +12,10 @@ import re
 import pulumi
 import pytest
 
-from components import pins
-from components.gke_cluster import ClusterMode
-from components.hardware import Arch, NodeNetworking, Target, profile
-from components.verl_ray_cluster import (
+from components.facts import pins
+from components.schema.choices import ClusterMode
+from components.facts.hardware import Arch, NodeNetworking, Target, profile
+from components.ray.verl_ray_cluster import (
     CLUSTER_NAMES,
     DASHBOARD_PORT,
     WORKER_GROUP,

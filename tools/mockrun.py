@@ -32,6 +32,51 @@ FAKE_PROJECT_NUMBER = "000000000000"
 FAKE_CA = "RkFLRS1DQQ=="  # base64("FAKE-CA")
 
 
+@dataclass(frozen=True)
+class Options:
+    """The resource options the engine receives, as the CLI names them (camelCase in plan.json)."""
+
+    protect: bool = False
+    retain_on_delete: bool = False
+    delete_before_replace: bool = False
+    ignore_changes: tuple[str, ...] = ()
+    replace_on_changes: tuple[str, ...] = ()
+    custom_timeouts: dict[str, str] | None = None
+    import_id: str | None = None
+    provider: str | None = None  # the provider resource's URN, for custom resources
+
+    @classmethod
+    def of(cls, request) -> Options:
+        timeouts = {
+            kind: getattr(request.customTimeouts, kind)
+            for kind in ("create", "update", "delete")
+            if getattr(request.customTimeouts, kind)
+        }
+        return cls(
+            protect=bool(request.protect),
+            retain_on_delete=bool(request.retainOnDelete),
+            delete_before_replace=bool(request.deleteBeforeReplace),
+            ignore_changes=tuple(request.ignoreChanges),
+            replace_on_changes=tuple(request.replaceOnChanges),
+            custom_timeouts=timeouts or None,
+            import_id=request.importId or None,
+            # A provider reference is "<urn>::<id>"; the URN is what names the resource.
+            provider=request.provider.rsplit("::", 1)[0] if request.provider else None,
+        )
+
+    def as_plan(self) -> dict[str, Any]:
+        return {
+            "protect": self.protect,
+            "retainOnDelete": self.retain_on_delete,
+            "deleteBeforeReplace": self.delete_before_replace,
+            "ignoreChanges": list(self.ignore_changes),
+            "replaceOnChanges": list(self.replace_on_changes),
+            "customTimeouts": self.custom_timeouts,
+            "import": self.import_id,
+            "provider": self.provider,
+        }
+
+
 @dataclass
 class Registered:
     """One resource as the engine would have received it."""
@@ -44,9 +89,23 @@ class Registered:
     inputs: dict[str, Any]
     # URNs this resource waits for: explicit depends_on plus those behind its input values.
     dependencies: frozenset[str] = frozenset()
+    # The URNs behind each input value, by input name (how data flows into this resource).
+    input_dependencies: dict[str, frozenset[str]] = field(default_factory=dict)
     # Engine options that are not inputs but decide what `up` and `destroy` do.
-    ignore_changes: tuple[str, ...] = ()
-    retain_on_delete: bool = False
+    options: Options = field(default_factory=Options)
+
+    @property
+    def depends_on(self) -> frozenset[str]:
+        """Explicit `depends_on` URNs: the dependencies no input value accounts for."""
+        return self.dependencies.difference(*self.input_dependencies.values())
+
+    @property
+    def ignore_changes(self) -> tuple[str, ...]:
+        return self.options.ignore_changes
+
+    @property
+    def retain_on_delete(self) -> bool:
+        return self.options.retain_on_delete
 
     @property
     def plain_inputs(self) -> dict[str, Any]:
@@ -197,6 +256,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
     def RegisterResource(self, request):
         response = super().RegisterResource(request)
+        inputs_from = {
+            key: frozenset(deps.urns)
+            for key, deps in request.propertyDependencies.items()
+            if deps.urns
+        }
         if request.type != "pulumi:pulumi:Stack":
             self.recording.resources.append(
                 Registered(
@@ -206,11 +270,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     parent=request.parent or None,
                     custom=bool(request.custom),
                     inputs=rpc.deserialize_properties(request.object, keep_unknowns=True),
-                    dependencies=frozenset(request.dependencies).union(
-                        *(deps.urns for deps in request.propertyDependencies.values())
-                    ),
-                    ignore_changes=tuple(request.ignoreChanges),
-                    retain_on_delete=bool(request.retainOnDelete),
+                    dependencies=frozenset(request.dependencies).union(*inputs_from.values()),
+                    input_dependencies=inputs_from,
+                    options=Options.of(request),
                 )
             )
         return response

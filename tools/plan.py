@@ -151,6 +151,11 @@ def plan_document(stack: str, inputs: StackInputs, recording: mockrun.Recording)
                 "name": r.name,
                 "parent": _parent(r.parent),
                 "inputs": _plan_inputs(r),
+                "options": r.options.as_plan(),
+                # What the engine orders `up` and `destroy` by, besides the parent: explicit
+                # depends_on, and the resources each input's value comes from.
+                "dependsOn": sorted(r.depends_on),
+                "inputsFrom": {k: sorted(v) for k, v in sorted(r.input_dependencies.items())},
             }
             for r in recording.resources
         ],
@@ -187,7 +192,7 @@ def tree_lines(recording: mockrun.Recording) -> list[str]:
 
 
 def write_plan(stack: str, mode: str | None, out: Path, quiet: bool) -> int:
-    from components.config import ConfigError
+    from components.schema.config import ConfigError
 
     try:
         inputs, recording = run_program(stack, mode)

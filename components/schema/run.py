@@ -1,7 +1,7 @@
 """The GRPO training run as data: its config model, its checks, its command line and its env.
 
 Pure functions over `GrpoRunConfig` and a `HardwareProfile`; nothing here talks to Ray or
-Pulumi. `components/grpo_job.py` turns the result into a submitted Ray job.
+Pulumi. `components/ray/grpo_job.py` turns the result into a submitted Ray job.
 
 What it does: fills every setting the user leaves unset with the tutorial's value for the target
 (TUTORIAL.md, "GrpoJob"), rejects before anything is submitted what verl would reject hours later
@@ -24,8 +24,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from .hardware import HardwareProfile, NodeNetworking, Target
-from .layout import CHECKPOINT_DIR, CHECKPOINT_SUBPATH, DATA_MOUNT, HF_HOME, VERL_DIR
+from components.facts.hardware import HardwareProfile, NodeNetworking, Target
+from components.facts.layout import CHECKPOINT_DIR, CHECKPOINT_SUBPATH, DATA_MOUNT, HF_HOME, VERL_DIR
 
 CONFIG_KEY = "verl-gke:job"
 # The bucket is mounted at /data in every Ray pod (GcsFuseStorage); the tutorial's checkpoint

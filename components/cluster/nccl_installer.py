@@ -1,7 +1,7 @@
 """NcclInstaller: the gIB NCCL plugin DaemonSet that puts NCCL and its RDMA plugin on GPU nodes.
 
 Applies Google's installer manifest for the cluster's kind (Standard, Autopilot, or A4X's arm64
-gIB build) from a pinned commit of container-engine-accelerators (components/pins.py), where the
+gIB build) from a pinned commit of container-engine-accelerators (components/facts/pins.py), where the
 tutorial applies `master`. The DaemonSet writes /home/kubernetes/bin/gib on every GPU node, which
 the Ray workers mount at /usr/local/gib.
 """
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import pins
-from .hardware import HardwareProfile, NodeNetworking
-from .options import child_options
+from components.facts import pins
+from components.facts.hardware import HardwareProfile, NodeNetworking
+from components.options import child_options
 
 
 def installer_url(hardware: HardwareProfile, autopilot: bool) -> str:

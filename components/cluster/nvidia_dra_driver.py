@@ -22,10 +22,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import pins
-from .hardware import HardwareProfile, NodeNetworking
-from .helm import pinned_release
-from .options import child_options
+from components.facts import pins
+from components.facts.hardware import HardwareProfile, NodeNetworking
+from components.cluster.helm import pinned_release
+from components.options import child_options
 
 NAMESPACE = "nvidia-dra-driver-gpu"
 RELEASE_NAME = "nvidia-dra-driver-gpu"

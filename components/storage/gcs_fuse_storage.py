@@ -15,9 +15,9 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from .hardware import Arch
-from .layout import HF_SECRET_KEY, HF_SECRET_NAME, PVC_NAME
-from .options import child_options
+from components.facts.hardware import Arch
+from components.facts.layout import HF_SECRET_KEY, HF_SECRET_NAME, PVC_NAME
+from components.options import child_options
 
 PV_NAME = "training-bucket-pv"
 CAPACITY = "768Gi"  # nominal: GCS has no size, but PV and PVC must agree on one

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Stage verl's source, GSM8K and a Hugging Face model into the training bucket, idempotently.
 
-The staging Job (components/model_staging.py) runs this with the bucket mounted through GCS FUSE.
+The staging Job (components/storage/model_staging.py) runs this with the bucket mounted through GCS FUSE.
 Three steps, in order, each skipped when the marker file already records the values it would
 stage and its destination exists:
 
@@ -134,7 +134,7 @@ def plan(s: Settings) -> list[Step]:
             {"repo": s.verl_repo, "ref": s.verl_ref},
             lambda scratch: clone_verl(s, scratch),
             # The training job checkpoints to /data/verl/checkpoints (the tutorial's layout,
-            # components/layout.py CHECKPOINT_DIR): a new ref must never delete them.
+            # components/facts/layout.py CHECKPOINT_DIR): a new ref must never delete them.
             keep=(CHECKPOINTS,),
         ),
         # verl's script at that ref defines the rows, so a new ref re-runs it.

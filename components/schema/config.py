@@ -25,11 +25,11 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from .gke_cluster import ClusterMode
-from .gpu_node_pool import Capacity
-from .grpo_run import GrpoRunConfig, run_problems
-from .hardware import HardwareProfile, NodeNetworking, Target, profile
-from .model_staging import StagingConfig, model_path, staging_problems
+from components.schema.choices import ClusterMode
+from components.schema.choices import Capacity
+from components.schema.run import GrpoRunConfig, run_problems
+from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
+from components.schema.staging import StagingConfig, model_path, staging_problems
 
 NAMESPACE = "verl-gke"
 

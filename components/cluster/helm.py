@@ -1,4 +1,4 @@
-"""Helm releases of the charts pinned in components/pins.py."""
+"""Helm releases of the charts pinned in components/facts/pins.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .pins import HelmChart
+from components.facts.pins import HelmChart
 
 
 def pinned_release(

@@ -10,14 +10,14 @@ not used there.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_gcp as gcp
 
-from .hardware import HardwareProfile, NodeNetworking
-from .options import child_options
+from components.facts.hardware import HardwareProfile, NodeNetworking
+from components.options import child_options
+from components.schema.choices import Capacity
 
 POOL_NAME = "gpu-pool"
 GPU_TAINT = gcp.container.NodePoolNodeConfigTaintArgs(
@@ -25,12 +25,6 @@ GPU_TAINT = gcp.container.NodePoolNodeConfigTaintArgs(
 )
 # A4X: one NVL72 rack (18 trays of 4 GPUs), the topology the IMEX domain spans.
 A4X_TOPOLOGY = "1x72"
-
-
-class Capacity(str, enum.Enum):
-    RESERVATION = "reservation"
-    SPOT = "spot"
-    FLEX_START = "flex-start"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from .options import child_options
+from components.options import child_options
 
 # Cluster Toolkit's gpu-rdma-vpc module and its gke-a4 / gke-a3-ultragpu blueprints set this MTU
 # on both VPCs: RoCE and the gVNIC data path both need jumbo frames for line rate.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hardware import Arch
+from components.facts.hardware import Arch
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ NVIDIA_DRA_DRIVER = HelmChart(
     chart="nvidia-dra-driver-gpu", repo="https://helm.ngc.nvidia.com/nvidia", version="25.3.1"
 )
 
-# --- VerlRayCluster (components/verl_ray_cluster.py) ---
+# --- VerlRayCluster (components/ray/verl_ray_cluster.py) ---
 # KubeRay operator for A4X, where the GKE Ray add-on is not used (the tutorial installs the
 # namespace-scoped Helm chart with no version, i.e. whatever is newest on the day). 1.7.0 is the
 # newest stable release (tag v1.7.0, 2026-08-20; the Ray docs install exactly
@@ -67,7 +67,7 @@ KUBERAY_OPERATOR = HelmChart(
 # TransferQueue, installed in the A4X Ray pods by the tutorial's postStart hook.
 TRANSFER_QUEUE_VERSION = "0.1.8"
 
-# --- ModelStaging (components/model_staging.py) ---
+# --- ModelStaging (components/storage/model_staging.py) ---
 # The model the tutorial trains, at the commit that public Hugging Face caches of it name
 # (`models--Qwen--Qwen2.5-32B-Instruct/snapshots/5ede1c97...` in several unrelated public
 # repositories, 2025-2026). Not checked against huggingface.co from where this is written; confirm

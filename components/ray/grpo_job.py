@@ -15,7 +15,7 @@ resource whose provider talks to Ray's Jobs API:
   finished or unknown job is fine, and a Ray cluster that is already gone yields a warning
   instead of a destroy that never ends.
 It does not create the RayCluster, the bucket or any Kubernetes object, and it never exposes
-the dashboard (see components/ray_access.py).
+the dashboard (see components/ray/ray_access.py).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import pulumi
 import pulumi.dynamic as dynamic
 from pulumi.runtime import rpc
 
-from .grpo_run import GrpoRunConfig, WaitFor, entrypoint, run_problems, runtime_env
-from .hardware import HardwareProfile
-from .layout import DASHBOARD_PORT
-from .options import child_options
-from .ray_access import (
+from components.schema.run import GrpoRunConfig, WaitFor, entrypoint, run_problems, runtime_env
+from components.facts.hardware import HardwareProfile
+from components.facts.layout import DASHBOARD_PORT
+from components.options import child_options
+from components.ray.ray_access import (
     RayAccessError,
     RayJobs,
     RayUnreachable,

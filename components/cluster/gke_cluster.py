@@ -14,21 +14,15 @@ secret. It does not create GPU nodes (GpuNodePool does).
 from __future__ import annotations
 
 import datetime
-import enum
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from .options import child_options
+from components.options import child_options
 
 SYSTEM_POOL = "system-pool"
-
-
-class ClusterMode(str, enum.Enum):
-    STANDARD = "standard"
-    AUTOPILOT = "autopilot"
 
 
 EXCLUSION_START_PATH = "maintenancePolicy.maintenanceExclusions[0].startTime"

@@ -29,12 +29,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import pins
-from .gke_cluster import ClusterMode
-from .hardware import Arch, HardwareProfile, NodeNetworking, PodShape, Target
-from .helm import pinned_release
-from .layout import DASHBOARD_PORT, DATA_MOUNT
-from .options import child_options
+from components.facts import pins
+from components.schema.choices import ClusterMode
+from components.facts.hardware import Arch, HardwareProfile, NodeNetworking, PodShape, Target
+from components.cluster.helm import pinned_release
+from components.facts.layout import DASHBOARD_PORT, DATA_MOUNT
+from components.options import child_options
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001}
 # Ray's Prometheus endpoint on every Ray pod (KubeRay's default `metrics-export-port`).
