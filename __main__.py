@@ -8,6 +8,8 @@ under Pulumi's mock runtime.
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import preflight
+from components.guards import BucketIdentity, DeletionProtection
 from components.schema import config
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
@@ -25,6 +27,11 @@ from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRay
 cfg = config.from_pulumi()
 hw = cfg.hardware
 dranet = hw.networking is NodeNetworking.DRANET
+# Invokes against the live project (they run at preview too); nothing exists yet if they fail.
+found = preflight.run(cfg)
+
+# Registered first: a renamed or moved bucket stops the update before anything is touched.
+bucket_identity = BucketIdentity("bucket-identity", cfg.bucket, cfg.region.upper(), cfg.project)
 
 networks = None
 if not dranet:
@@ -45,9 +52,9 @@ gke = GkeCluster(
     GkeClusterArgs(
         project=cfg.project,
         region=cfg.region,
-        cluster_name=cfg.cluster_name,
+        cluster_name=cfg.cluster,
         autopilot=cfg.autopilot,
-        min_version=config.MIN_GKE_VERSION,
+        version=found.gke_version,
         deletion_protection=cfg.deletion_protection,
         exclusion_start=cfg.exclusion_start,
         ray_addon=not dranet,
@@ -71,6 +78,7 @@ if not cfg.autopilot:
                 nodes=cfg.nodes,
                 capacity=cfg.provisioning,
                 reservation=cfg.reservation,
+                placement_policy=cfg.placement_policy,
                 node_networks=networks.node_networks if networks else [],
             ),
         )
@@ -107,6 +115,9 @@ storage = GcsFuseStorage(
         hf_token=pulumi.Output.secret(cfg.hf_token.get_secret_value()) if cfg.hf_token else None,
         arch=hw.arch,
         delete_bucket_on_destroy=cfg.delete_bucket_on_destroy,
+        labels=cfg.labels,
+        adopt=found.bucket is not None,
+        bucket_guard=bucket_identity,
     ),
     opts=in_namespace,
 )
@@ -166,6 +177,21 @@ job = GrpoJob(
         kubeconfig=gke.kubeconfig,
     ),
     opts=pulumi.ResourceOptions(depends_on=[staging]),
+)
+
+# Deleted first by `pulumi destroy`, and protected while deletion protection is on: a destroy
+# fails before the job, the RayCluster or any node is touched (components/guards.py).
+DeletionProtection(
+    "deletion-protection",
+    protected=cfg.deletion_protection,
+    resources=[
+        r
+        for r in (
+            bucket_identity, networks, gke, *ray_prerequisites, *namespace_deps, installer,
+            storage, staging, dra, ray, job,
+        )
+        if r is not None
+    ],
 )
 
 pulumi.export("clusterName", gke.name)

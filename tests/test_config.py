@@ -54,8 +54,9 @@ def test_valid_config_derives_the_rest_from_the_target():
     cfg = load()
     assert cfg.target is Target.A4
     assert cfg.nodes == 2 and cfg.hardware.gpus_per_node == 8
-    assert cfg.bucket == "verl-my-proj"
-    assert (cfg.gvnic_prefix, cfg.rdma_prefix) == ("verl-gvnic", "verl-rdma")
+    assert cfg.cluster == "verl-dev"  # config.load's default stack
+    assert cfg.bucket == "verl-dev-my-proj"
+    assert (cfg.gvnic_prefix, cfg.rdma_prefix) == ("verl-dev-gvnic", "verl-dev-rdma")
     assert cfg.provisioning is Capacity.RESERVATION
     assert cfg.deletion_protection is True and cfg.delete_bucket_on_destroy is False
     assert load(target="a4x").nodes == 4
@@ -106,8 +107,9 @@ def test_bad_project_id_is_explained():
         ({"zone": "europe-west4-b"}, "is not in verl-gke:region = 'us-central1'"),
         ({"reservation": None}, "verl-gke:reservation is not set"),
         ({"reservation": "Bad Name"}, "is not a reservation name"),
-        ({"gpuNodes": "-1"}, "verl-gke:gpuNodes = -1 is out of range for a4-highgpu-8g: use 1 to 10"),
-        ({"gpuNodes": "11"}, "use 1 to 10"),
+        ({"gpuNodes": "-1"}, "verl-gke:gpuNodes = -1 is out of range for a4-highgpu-8g: use 1 to 252"),
+        ({"gpuNodes": "253"}, "use 1 to 252 (each node takes an address in every /24 node subnet"),
+        ({"target": "a4x", "gpuNodes": "19"}, "use 1 to 18 (one NVL72 domain"),
         ({"target": "a4x", "clusterMode": "autopilot"}, "A4X needs a Standard cluster"),
         ({"target": "a4x", "rdmaNetworkPrefix": "x"}, "uses DRANET"),
         ({"bucketName": "UPPER"}, "is not a valid bucket name"),

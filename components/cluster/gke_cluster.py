@@ -20,7 +20,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.options import child_options
+from components.options import child_options, fixed_name
 
 SYSTEM_POOL = "system-pool"
 
@@ -45,7 +45,10 @@ class GkeClusterArgs:
     region: str
     cluster_name: str
     autopilot: bool
-    min_version: str
+    # The version a new cluster starts at, as GKE offers it today (components/cluster/
+    # gke_version.py); the release channel upgrades it afterwards.
+    version: str
+    # GKE's deletion protection, and Pulumi's `protect` on the cluster: both on by default.
     deletion_protection: bool
     # RFC 3339 start of the no-upgrade window; None: the day of creation, never revisited (a
     # default of "today" would otherwise change the cluster on every later `pulumi up`).
@@ -74,11 +77,18 @@ class GkeCluster(pulumi.ComponentResource):
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",
             cluster_args,
-            opts=pulumi.ResourceOptions.merge(
+            opts=fixed_name(
                 child,
-                pulumi.ResourceOptions(
-                    ignore_changes=[] if args.exclusion_start else [EXCLUSION_START_PATH]
-                ),
+                # The creation version is only that: a newer default on a later run must not
+                # become an upgrade request (the provider upgrades the master whenever
+                # min_master_version grows), and the channel moves the cluster on anyway.
+                ignore_changes=[
+                    "minMasterVersion",
+                    *([] if args.exclusion_start else [EXCLUSION_START_PATH]),
+                ],
+                # Pulumi refuses to delete or replace a protected resource, before GKE's own
+                # deletion protection is even asked.
+                protect=args.deletion_protection,
             ),
         )
         self.system_pool = None if args.autopilot else _system_pool(name, args, self.cluster, child)
@@ -159,7 +169,7 @@ def _common(args: GkeClusterArgs) -> dict:
         enable_multi_networking=True,
         datapath_provider="ADVANCED_DATAPATH",  # Dataplane V2: needed by multi-networking
         release_channel=gcp.container.ClusterReleaseChannelArgs(channel="REGULAR"),
-        min_master_version=args.min_version,
+        min_master_version=args.version,
         addons_config=_addons(args),
         monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
             # DCGM: per-GPU utilisation, memory and NVLink metrics in Managed Prometheus.
@@ -239,13 +249,21 @@ def _maintenance_policy(args: GkeClusterArgs) -> gcp.container.ClusterMaintenanc
                 start_time=args.exclusion_start or _today(),
                 exclusion_options=(
                     gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
-                        scope="NO_MINOR_OR_NODE_UPGRADES",
+                        scope=exclusion_scope(args.autopilot),
                         end_time_behavior="UNTIL_END_OF_SUPPORT",
                     )
                 ),
             )
         ],
     )
+
+
+def exclusion_scope(autopilot: bool) -> str:
+    """NO_MINOR_OR_NODE_UPGRADES ("excludes all minor upgrades for the cluster, and also exclude
+    all node pool upgrades", container.v1 MaintenanceExclusionOptions.scope) is about node pools,
+    which an Autopilot cluster does not have: Google manages its nodes. Autopilot gets
+    NO_MINOR_UPGRADES, the scope whose meaning holds for every cluster."""
+    return "NO_MINOR_UPGRADES" if autopilot else "NO_MINOR_OR_NODE_UPGRADES"
 
 
 def _today() -> str:
@@ -281,7 +299,5 @@ def _system_pool(
             ),
         ),
         # The autoscaler owns the node count after creation.
-        opts=pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(ignore_changes=["initialNodeCount"])
-        ),
+        opts=fixed_name(opts, ignore_changes=["initialNodeCount"]),
     )
