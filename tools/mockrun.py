@@ -324,14 +324,16 @@ def run(
     secret_keys: list[str] | None = None,
     preview: bool = False,
     invokes: dict[str, Any] | None = None,
+    recording: Recording | None = None,
 ) -> Recording:
     """Run `program` under mocks with the given config; return what it registered and exported.
 
     `config` keys are fully qualified (`verl-gke:target`, `gcp:project`); values are strings as
     the Pulumi CLI passes them (objects as JSON). `invokes` replaces FakeCloud's answers to
-    invokes by token. Each call starts from a fresh root stack.
+    invokes by token. Pass `recording` to keep what was registered even when the program
+    raises. Each call starts from a fresh root stack.
     """
-    recording = Recording()
+    recording = recording if recording is not None else Recording()
     project_id = str((config or {}).get("gcp:project", "example-project"))
     mocks = FakeCloud(project_id, invokes)
     recording.invokes = mocks.answered

@@ -128,12 +128,15 @@ class MissingConfig(StackFileError):
     """Keys the Pulumi CLI would refuse to run without (declared, no default, not set)."""
 
 
-def stack_inputs(stack: str, mode: str | None = None) -> StackInputs:
+def stack_inputs(
+    stack: str, mode: str | None = None, overrides: dict[str, str] | None = None
+) -> StackInputs:
     """The config the CLI would pass for `stack`, with example values for unset site facts.
 
     Mirrors the CLI's merge: the stack file's values, else the project's declared defaults; a
-    declared key with neither is an error. Plan mode fills site facts (EXAMPLE_VALUES) before
-    that check, and never over a value the stack file sets.
+    declared key with neither is an error. `overrides` count as set in the stack file (as
+    `pulumi config set` would write them). Plan mode fills site facts (EXAMPLE_VALUES) before
+    that check, and never over a value that is set.
     """
     project = _project_document()
     stack_file = ROOT / f"Pulumi.{stack}.yaml"
@@ -154,6 +157,7 @@ def stack_inputs(stack: str, mode: str | None = None) -> StackInputs:
             config[key] = _as_cli_string(value)
     if mode:
         config[f"{NAMESPACE}:clusterMode"] = mode
+    config.update(overrides or {})  # as `pulumi config set` would, before anything is derived
     inputs = StackInputs(config=config, secret_keys=secret_keys)
     # Autopilot brings its own capacity, spot and flex-start consume none: a reservation would
     # be an error there.
@@ -193,12 +197,12 @@ def run_program(
     mode: str | None = None,
     overrides: dict[str, str] | None = None,
     invokes: dict[str, Any] | None = None,
+    recording: mockrun.Recording | None = None,
 ) -> tuple[StackInputs, mockrun.Recording]:
     """Run __main__.py under mocks with the stack's config, `overrides` (fully qualified keys)
     applied on top, and `invokes` answered instead of the example answers. Raises ConfigError
     on bad config."""
-    inputs = stack_inputs(stack, mode)
-    inputs.config.update(overrides or {})
+    inputs = stack_inputs(stack, mode, overrides)
     recording = mockrun.run(
         lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_main__"),
         project=project_name(),
@@ -206,6 +210,7 @@ def run_program(
         config=inputs.config,
         secret_keys=inputs.secret_keys,
         invokes=invokes,
+        recording=recording,
     )
     return inputs, recording
 
