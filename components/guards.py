@@ -68,8 +68,10 @@ def moves(olds: dict[str, Any], news: dict[str, Any]) -> list[tuple[str, str]]:
             f"model, data and checkpoints, and {key} now asks for {field} {quoted(new)} instead "
             f"of {quoted(old)}: a bucket cannot be renamed or moved, and replacing it would "
             "leave the checkpoints behind (or delete them with deleteBucketOnDestroy). Set "
-            f"{key} back to {quoted(old)}; to start over elsewhere, `pulumi destroy` this stack "
-            "first (the old bucket is kept) and then change it",
+            f"{key} back to {quoted(old)}. To start over in a new bucket, `pulumi destroy` this "
+            "stack first (the old bucket is kept), or drop the old one from this stack's state "
+            "only (`pulumi state delete` the storage-bucket and bucket-identity resources; the "
+            "bucket itself stays) and run `pulumi up` again",
         ))
     return found
 
