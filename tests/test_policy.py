@@ -1,0 +1,408 @@
+"""The policy pack (policy/): each rule passes a real plan resource and fails a violating one.
+
+Cases are built from the resources of the real offline plan (tests.conftest.rendered), changed
+in the one field a rule is about, and run through tools/policy_check.py: the adapter that feeds
+plan resources to the very validate functions `pulumi preview --policy-pack policy` loads.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import runpy
+
+import pytest
+
+import pulumi_policy
+from policy import rules
+from tests.conftest import STACK_MODES, rendered
+from tools import plan, policy_check
+
+# Rules the plans of this branch fail until issue 9 (node service account, labels) lands.
+ISSUE_9_RULES = {"nodes-dedicated-service-account", "gcp-labels"}
+
+
+def resources(stack: str = "a4", mode: str = "standard") -> list[dict]:
+    """The plan.json resources of a stack, as a fresh copy a test may change."""
+    inputs, recording = rendered(stack, mode)
+    return copy.deepcopy(plan.plan_document(stack, inputs, recording)["resources"])
+
+
+def one(found: list[dict], type_: str, name: str | None = None) -> dict:
+    [match] = [r for r in found if r["type"] == type_ and (name is None or r["name"] == name)]
+    return match
+
+
+def violations(policy_name: str, found: list[dict], config: dict | None = None) -> list[str]:
+    """Messages `policy_name` reports for these resources, through the offline adapter."""
+    [policy] = [p for p in rules.POLICIES if p.name == policy_name]
+    return [v.message for v in policy_check.check_resources(found, config, [policy])]
+
+
+# --- the pack itself ---------------------------------------------------------------------------
+
+
+def test_the_cli_entry_point_serves_exactly_the_rules_make_policy_runs(monkeypatch):
+    """policy/__main__.py hands PolicyPack the same policy objects tools/policy_check.py runs,
+    all mandatory, and installs the secret view first: there is no second copy of a rule."""
+    served = {}
+
+    def fake_pack(**kwargs):
+        served.update(kwargs)
+
+    monkeypatch.setattr(pulumi_policy, "PolicyPack", fake_pack)
+    runpy.run_path(str(plan.ROOT / "policy" / "__main__.py"), run_name="__main__")
+    assert served["policies"] is rules.POLICIES is policy_check.POLICIES
+    assert served["name"] == "verl-gke"
+    assert all(p.enforcement_level == pulumi_policy.EnforcementLevel.MANDATORY for p in rules.POLICIES)
+    assert len({p.name for p in rules.POLICIES}) == len(rules.POLICIES) == 10
+
+
+def test_secrets_reach_the_pack_as_the_plan_shows_them():
+    """pulumi-policy would hand a validation a secret's plain value; with the pack's secret view
+    the engine's secret marker arrives as "[secret]" (as in plan.json), plain values as they are."""
+    from pulumi_policy import deserialize
+
+    rules.show_secrets_as_the_plan_does()
+    wire = {
+        "stringData": {"hf_api_token": {deserialize.SPECIAL_SIG_KEY: deserialize.SPECIAL_SECRET_SIG, "value": "hf_x"}},
+        "plain": ["a", {"b": 1}],
+    }
+    assert deserialize.deserialize_properties(wire) == {"stringData": {"hf_api_token": "[secret]"}, "plain": ["a", {"b": 1}]}
+    assert rules.SECRET == "[secret]"
+
+
+@pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])
+def test_every_stack_passes_every_rule_but_issue_9s(stack, mode):
+    """The whole pack on each stack's plan: only the node service account and label rules fail,
+    and only on the cluster and its node pools (what issue 9 changes)."""
+    found = policy_check.check_resources(resources(stack, mode), policy_check.policy_config(stack))
+    assert {v.policy for v in found} <= ISSUE_9_RULES, [str(v) for v in found]
+    kinds = {v.urn.split("::")[-2].split("$")[-1] for v in found}
+    assert kinds <= {rules.CLUSTER, rules.NODE_POOL}
+
+
+def test_make_policy_exits_1_on_a_violation_and_0_on_a_clean_plan(tmp_path, capsys):
+    """The CLI behind `make policy` fails on a mandatory violation and names policy and resource."""
+    found = resources()
+    bucket = one(found, rules.BUCKET)
+    document = {"stack": "a4", "resources": [bucket], "outputs": {}}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(document))
+    assert policy_check.main(["--plan", str(path)]) == 0
+    bucket["inputs"]["publicAccessPrevention"] = "inherited"
+    path.write_text(json.dumps(document))
+    assert policy_check.main(["--plan", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "[mandatory] bucket-hardened: urn:pulumi:a4::verl-gke::" in out and "1 mandatory violation" in out
+
+
+# --- Ray head ----------------------------------------------------------------------------------
+
+
+def _head_service(ray_cluster: dict, service_type: str) -> dict:
+    name = ray_cluster["inputs"]["metadata"]["name"]
+    return {
+        "urn": "urn:pulumi:a4::verl-gke::kubernetes:core/v1:Service::exposed", "type": rules.K8S_SERVICE,
+        "name": "exposed", "options": {}, "parent": None,
+        "inputs": {"metadata": {"name": "exposed", "namespace": "default"},
+                   "spec": {"type": service_type, "selector": {"ray.io/cluster": name, "ray.io/node-type": "head"}}},
+    }
+
+
+def _ingress_to(service: str) -> dict:
+    return {
+        "urn": "urn:pulumi:a4::verl-gke::kubernetes:networking.k8s.io/v1:Ingress::dash", "name": "dash",
+        "type": "kubernetes:networking.k8s.io/v1:Ingress", "options": {}, "parent": None,
+        "inputs": {"metadata": {"name": "dash", "namespace": "default"}, "spec": {"rules": [{"http": {"paths": [
+            {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": service, "port": {"number": 8265}}}}]}}]}},
+    }
+
+
+def test_a_ray_head_behind_a_cluster_ip_passes():
+    """The program's head Service is ClusterIP (KubeRay's serviceType) and nothing routes to it."""
+    assert violations("ray-head-not-exposed", resources()) == []
+
+
+@pytest.mark.parametrize("exposure", ["LoadBalancer service", "NodePort service", "serviceType", "ingress"])
+def test_an_exposed_ray_head_is_a_violation(exposure):
+    """A LoadBalancer or NodePort Service selecting the head, KubeRay asked for one, or an
+    Ingress to the head Service: each is reported."""
+    found = resources()
+    ray = one(found, rules.RAY_CLUSTER)
+    name = ray["inputs"]["metadata"]["name"]
+    if exposure.endswith("service"):
+        found.append(_head_service(ray, exposure.split()[0]))
+    elif exposure == "serviceType":
+        ray["inputs"]["spec"]["headGroupSpec"]["serviceType"] = "LoadBalancer"
+    else:
+        found.append(_ingress_to(f"{name}-head-svc"))
+    [message] = violations("ray-head-not-exposed", found)
+    assert name in message or "exposed" in message
+
+
+def test_every_ray_cluster_has_its_network_policy():
+    """The head NetworkPolicy the program creates matches its RayCluster."""
+    assert violations("ray-cluster-network-policy", resources("a4x")) == []
+
+
+@pytest.mark.parametrize("change", ["removed", "other cluster", "other namespace"])
+def test_a_ray_cluster_without_its_network_policy_is_a_violation(change):
+    """No policy, one for another cluster, or one in another namespace leaves the head open."""
+    found = resources()
+    policy = one(found, rules.NETWORK_POLICY)
+    if change == "removed":
+        found.remove(policy)
+    elif change == "other cluster":
+        policy["inputs"]["spec"]["podSelector"]["matchLabels"]["ray.io/cluster"] = "another"
+    else:
+        policy["inputs"]["metadata"]["namespace"] = "elsewhere"
+    [message] = violations("ray-cluster-network-policy", found)
+    assert "has no NetworkPolicy" in message
+
+
+# --- IAM ---------------------------------------------------------------------------------------
+
+
+def test_the_bucket_scoped_grant_passes():
+    """roles/storage.objectUser on the bucket for the Ray pods' principal."""
+    assert violations("iam-bucket-scope-only", resources()) == []
+
+
+def test_the_node_service_accounts_project_role_passes():
+    """The one project grant GKE's hardening guide gives a dedicated node service account."""
+    grant = one(resources(), "gcp:storage/bucketIAMMember:BucketIAMMember")
+    grant["type"] = "gcp:projects/iAMMember:IAMMember"
+    grant["inputs"] = {"project": "p", "role": rules.NODE_SERVICE_ACCOUNT_ROLE,
+                       "member": "serviceAccount:verl-a4-nodes@p.iam.gserviceaccount.com"}
+    assert violations("iam-bucket-scope-only", [grant]) == []
+
+
+@pytest.mark.parametrize(
+    ("type_", "role", "expected"),
+    [
+        ("gcp:projects/iAMMember:IAMMember", "roles/storage.objectUser", "above bucket scope"),
+        ("gcp:serviceaccount/iAMBinding:IAMBinding", "roles/iam.workloadIdentityUser", "above bucket scope"),
+        ("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/editor", "roles/editor is a basic role"),
+        ("gcp:storage/bucketIAMMember:BucketIAMMember", "roles/owner", "roles/owner is a basic role"),
+    ],
+)
+def test_project_scope_or_basic_roles_are_violations(type_, role, expected):
+    """A grant above the bucket, or owner / editor anywhere, is reported."""
+    grant = one(resources(), "gcp:storage/bucketIAMMember:BucketIAMMember")
+    grant["type"], grant["inputs"]["role"] = type_, role
+    assert any(expected in m for m in violations("iam-bucket-scope-only", [grant]))
+
+
+# --- Bucket ------------------------------------------------------------------------------------
+
+
+def test_the_programs_bucket_passes():
+    """Uniform access, public access prevention enforced, not force-destroyed."""
+    assert violations("bucket-hardened", resources()) == []
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("uniformBucketLevelAccess", False, "uniformBucketLevelAccess must be true"),
+        ("publicAccessPrevention", "inherited", "publicAccessPrevention must be 'enforced'"),
+        ("forceDestroy", True, "forceDestroy deletes every object"),
+    ],
+)
+def test_a_weakened_bucket_is_a_violation(field, value, expected):
+    """Object ACLs, public access or a force-destroy the stack did not ask for: reported."""
+    bucket = one(resources(), rules.BUCKET)
+    bucket["inputs"][field] = value
+    [message] = violations("bucket-hardened", [bucket])
+    assert expected in message
+
+
+def test_force_destroy_passes_only_when_the_stack_configures_it(tmp_path, monkeypatch):
+    """`verl-gke:deleteBucketOnDestroy true` in the stack file is what allows forceDestroy."""
+    bucket = one(resources(), rules.BUCKET)
+    bucket["inputs"]["forceDestroy"] = True
+    (tmp_path / "Pulumi.yaml").write_text((plan.ROOT / "Pulumi.yaml").read_text())
+    stack_file = (plan.ROOT / "Pulumi.a4.yaml").read_text()
+    (tmp_path / "Pulumi.a4.yaml").write_text(stack_file)
+    monkeypatch.setattr(plan, "ROOT", tmp_path)
+    assert violations("bucket-hardened", [bucket], policy_check.policy_config("a4"))
+    (tmp_path / "Pulumi.a4.yaml").write_text(stack_file + "  verl-gke:deleteBucketOnDestroy: true\n")
+    assert violations("bucket-hardened", [bucket], policy_check.policy_config("a4")) == []
+
+
+# --- Images ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "image", ["verlai/verl:vllm011.dev7", "us-docker.pkg.dev/p/r/x@sha256:" + "a" * 64, "localhost:5000/x:1.0"]
+)
+def test_pinned_images_pass(image):
+    """A tag other than latest, or a digest; a registry port is not mistaken for a tag."""
+    ray = one(resources(), rules.RAY_CLUSTER)
+    ray["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
+    assert violations("images-pinned", [ray]) == []
+
+
+def test_every_image_of_the_program_is_pinned():
+    """All Kubernetes objects of a4x (RayCluster, staging Job ...) pass, and the rule saw them."""
+    found = resources("a4x")
+    images = {i for r in found if r["type"].startswith("kubernetes:") for i in rules.container_images(r["inputs"])}
+    assert any(i.startswith("verlai/verl:") for i in images) and len(images) >= 2, images
+    assert violations("images-pinned", found) == []
+
+
+@pytest.mark.parametrize(("image", "expected"), [("verlai/verl:latest", ":latest"), ("localhost:5000/verl", "no tag")])
+def test_floating_or_untagged_images_are_violations(image, expected):
+    """The RayCluster's worker image set to :latest or to no tag at all is reported."""
+    ray = one(resources(), rules.RAY_CLUSTER)
+    worker = ray["inputs"]["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker["containers"][0]["image"] = image
+    [message] = violations("images-pinned", [ray])
+    assert expected in message and image in message
+
+
+# --- GPU capacity ------------------------------------------------------------------------------
+
+
+def _gpu_pool(stack: str = "a4") -> dict:
+    return one(resources(stack), rules.NODE_POOL, "gpu-pool")
+
+
+@pytest.mark.parametrize("capacity", ["reservation", "spot", "flexStart"])
+def test_gpu_pools_with_explicit_capacity_pass(capacity):
+    """The real reservation pool; spot or flex-start instead of the reservation."""
+    pool = _gpu_pool()
+    if capacity != "reservation":
+        del pool["inputs"]["nodeConfig"]["reservationAffinity"]
+        pool["inputs"]["nodeConfig"][capacity] = True
+    assert violations("gpu-capacity-explicit", [pool]) == []
+    assert violations("gpu-capacity-explicit", [one(resources(), rules.NODE_POOL, "gke-system-pool")]) == []
+
+
+@pytest.mark.parametrize("affinity", [None, {"consumeReservationType": "ANY_RESERVATION"}])
+def test_an_on_demand_gpu_pool_is_a_violation(affinity):
+    """No reservation, or 'any reservation' (falls back to on demand): reported."""
+    pool = _gpu_pool("a4x")
+    pool["inputs"]["nodeConfig"]["reservationAffinity"] = affinity
+    [message] = violations("gpu-capacity-explicit", [pool])
+    assert "on-demand" in message
+
+
+# --- Node service account ----------------------------------------------------------------------
+
+
+def test_a_pool_with_a_dedicated_service_account_passes():
+    """The GPU pool on a stack-owned account (what issue 9 adds) passes."""
+    pool = _gpu_pool()
+    pool["inputs"]["nodeConfig"]["serviceAccount"] = "verl-a4-nodes@example-project.iam.gserviceaccount.com"
+    assert violations("nodes-dedicated-service-account", [pool]) == []
+
+
+@pytest.mark.parametrize("account", [None, "default", "000000000000-compute@developer.gserviceaccount.com"])
+def test_a_pool_on_the_default_service_account_is_a_violation(account):
+    """Unset (today's plan), 'default', or the project's Compute Engine default account."""
+    pool = _gpu_pool()
+    if account:
+        pool["inputs"]["nodeConfig"]["serviceAccount"] = account
+    [message] = violations("nodes-dedicated-service-account", [pool])
+    assert "Compute Engine default service account" in message
+
+
+def test_an_autopilot_cluster_is_checked_in_its_auto_provisioning_defaults():
+    """Autopilot has no pools: the account lives in clusterAutoscaling.autoProvisioningDefaults."""
+    cluster = one(resources("a4", "autopilot"), rules.CLUSTER)
+    [message] = violations("nodes-dedicated-service-account", [cluster])
+    assert message.startswith("clusterAutoscaling.autoProvisioningDefaults.serviceAccount is unset")
+    cluster["inputs"].setdefault("clusterAutoscaling", {})["autoProvisioningDefaults"] = {
+        "serviceAccount": "verl-a4-nodes@example-project.iam.gserviceaccount.com"}
+    assert violations("nodes-dedicated-service-account", [cluster]) == []
+
+
+# --- Fixed names -------------------------------------------------------------------------------
+
+
+def test_fixed_name_resources_of_every_stack_are_deleted_first():
+    """Cluster, pools, VPCs, subnets, firewall, placement policy: all deleteBeforeReplace."""
+    for stack in ("a4", "a4x"):
+        assert violations("fixed-name-delete-first", resources(stack)) == []
+
+
+def test_a_fixed_name_created_first_is_a_violation_and_an_auto_name_is_not():
+    """Without deleteBeforeReplace a named pool is reported; an auto-named one needs nothing."""
+    pool = _gpu_pool()
+    pool["options"]["deleteBeforeReplace"] = False
+    [message] = violations("fixed-name-delete-first", [pool])
+    assert "'gpu-pool' is a fixed name" in message
+    pool["inputs"]["name"] = "gpu-pool-1a2b3c4"
+    assert violations("fixed-name-delete-first", [pool]) == []
+
+
+# --- Labels ------------------------------------------------------------------------------------
+
+
+def test_labelable_is_read_from_pulumi_gcps_args_classes():
+    """ClusterArgs takes resource_labels, BucketArgs labels; NodePoolArgs and NetworkArgs neither."""
+    assert rules.label_input(rules.CLUSTER) == "resourceLabels"
+    assert rules.label_input(rules.BUCKET) == "labels"
+    assert rules.label_input(rules.NODE_POOL) is None
+    assert rules.label_input("gcp:compute/network:Network") is None
+    assert rules.label_input("gcp:compute/router:Router") is None
+
+
+def test_the_labelled_bucket_passes_and_a_labelled_cluster_would():
+    """The bucket carries verl-gke-stack; the cluster passes once it does (issue 9)."""
+    bucket = one(resources(), rules.BUCKET)
+    assert violations("gcp-labels", [bucket]) == []
+    cluster = one(resources(), rules.CLUSTER)
+    cluster["inputs"]["resourceLabels"] = {"verl-gke-stack": "a4"}
+    assert violations("gcp-labels", [cluster]) == []
+
+
+def test_an_unlabelled_labelable_resource_is_a_violation():
+    """Today's cluster has no resourceLabels; a bucket that lost its stack label is reported too."""
+    cluster = one(resources(), rules.CLUSTER)
+    assert violations("gcp-labels", [cluster]) == ["resourceLabels lacks verl-gke-stack: label every labelable resource with the stack"]
+    bucket = one(resources(), rules.BUCKET)
+    bucket["inputs"]["labels"] = {"team": "ml"}
+    assert violations("gcp-labels", [bucket])
+
+
+# --- Secrets -----------------------------------------------------------------------------------
+
+
+def test_the_token_kubeconfig_and_job_access_are_secrets_in_every_stack():
+    """The HF token Secret, the Kubernetes provider's kubeconfig and the job's access record."""
+    for stack, mode in (("a4", "standard"), ("a4x", "standard")):
+        found = resources(stack, mode)
+        assert {r["type"] for r in found} >= {rules.K8S_SECRET, rules.K8S_PROVIDER, rules.GRPO_RUN}
+        assert violations("credentials-are-secrets", found) == []
+
+
+@pytest.mark.parametrize("leak", ["hf token", "kubeconfig", "job kubeconfig", "tracker key env", "container env"])
+def test_a_credential_in_plain_text_is_a_violation(leak):
+    """Each place a credential travels, given a plain value, is reported with its path."""
+    found = resources()
+    if leak == "hf token":
+        target = one(found, rules.K8S_SECRET)
+        target["inputs"]["stringData"]["hf_api_token"] = "hf_plain"
+        expected = "stringData.hf_api_token"
+    elif leak == "kubeconfig":
+        target = one(found, rules.K8S_PROVIDER)
+        target["inputs"]["kubeconfig"] = "apiVersion: v1\nkind: Config\n"
+        expected = "kubeconfig"
+    elif leak == "job kubeconfig":
+        target = one(found, rules.GRPO_RUN)
+        target["inputs"]["access"]["kubeconfig"] = "apiVersion: v1"
+        expected = "access.kubeconfig"
+    elif leak == "tracker key env":
+        target = one(found, rules.GRPO_RUN)
+        target["inputs"]["runtime_env"]["env_vars"]["WANDB_API_KEY"] = "0123abcd"
+        expected = "runtime_env.env_vars.WANDB_API_KEY"
+    else:
+        target = one(found, rules.RAY_CLUSTER)
+        container = target["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        container.setdefault("env", []).append({"name": "WANDB_API_KEY", "value": "0123abcd"})
+        expected = "env WANDB_API_KEY"
+    [message] = violations("credentials-are-secrets", [target])
+    assert message.startswith(expected + " holds a credential in plain text")
