@@ -60,6 +60,10 @@ gke = GkeCluster(
         ray_addon=not dranet,
         dra_beta_apis=dranet,
     ),
+    # The cluster names none of the VPCs (they are additional node and pod networks), so
+    # without this edge `pulumi destroy` could delete them, and the gVNIC firewall nothing
+    # names, before the cluster and even the job: networks go last (tests/test_destroy_order.py).
+    opts=pulumi.ResourceOptions(depends_on=networks.cloud_resources if networks else None),
 )
 in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
 

@@ -345,7 +345,7 @@ def test_plan_files_have_the_documented_shape(tmp_path):
     assert document["exampleValues"]["verl-gke:hfToken"] == "[secret]"
     for resource in document["resources"]:
         assert set(resource) == {
-            "urn", "type", "name", "parent", "inputs", "options", "dependsOn", "inputsFrom",
+            "urn", "type", "name", "parent", "custom", "inputs", "options", "dependsOn", "inputsFrom",
         }
         assert set(resource["options"]) == {
             "protect", "retainOnDelete", "deleteBeforeReplace", "ignoreChanges",

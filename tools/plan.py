@@ -226,6 +226,8 @@ def plan_document(stack: str, inputs: StackInputs, recording: mockrun.Recording)
                 "type": r.type,
                 "name": r.name,
                 "parent": _parent(r.parent),
+                # False for component resources: the engine creates and deletes nothing for them.
+                "custom": r.custom,
                 "inputs": _plan_inputs(r),
                 "options": r.options.as_plan(),
                 # What the engine orders `up` and `destroy` by, besides the parent: explicit

@@ -58,7 +58,7 @@ class RdmaNetworks(pulumi.ComponentResource):
         self.gvnic_subnet = self._subnet(
             "gvnic-sub", names.subnet_name(args.gvnic_prefix), self.gvnic_network, GVNIC_CIDR
         )
-        gcp.compute.Firewall(
+        self.gvnic_firewall = gcp.compute.Firewall(
             f"{name}-gvnic-internal",
             gcp.compute.FirewallArgs(
                 name=names.firewall_name(args.gvnic_prefix),
@@ -94,6 +94,10 @@ class RdmaNetworks(pulumi.ComponentResource):
             (self.rdma_network.name, subnet.name) for subnet in self.rdma_subnets
         ]
         self.pod_networks = [GVNIC_NETWORK] + [rdma_network(n) for n in range(args.nic_count)]
+        # The Compute Engine resources, for whatever must be deleted before them (the cluster).
+        self.cloud_resources: list[pulumi.Resource] = [
+            self.gvnic_network, self.gvnic_subnet, self.gvnic_firewall, self.rdma_network, *self.rdma_subnets,
+        ]
         self.register_outputs(
             {
                 "gvnicNetwork": self.gvnic_network.name,

@@ -1,0 +1,119 @@
+"""`pulumi destroy` order, from the dependencies plan.json records (tools/destroy_graph.py).
+
+After the DeletionProtection guard (deleted first; it stops the destroy while protected), every
+stack tears down in this order, each layer only once the one before it is gone:
+job, RayCluster, what the Ray pods mount, node pools, cluster, networks (the GPU pool against
+the mounts excepted, an open gap pinned by a strict xfail). And nothing the bucket holds is
+deleted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import STACK_MODES, rendered
+from tools import destroy_graph, plan
+
+GUARD = "pulumi-python:dynamic/verl-gke:DeletionProtection"
+
+
+def _document(stack: str, mode: str) -> dict:
+    inputs, recording = rendered(stack, mode)
+    return plan.plan_document(stack, inputs, recording)
+
+
+def _mounts(resources: list[dict]) -> set[str]:
+    """The PVCs the Ray pods mount, and the PVs those claims bind."""
+    [ray] = [r for r in resources if r["type"] == "kubernetes:ray.io/v1:RayCluster"]
+    spec = ray["inputs"]["spec"]
+    templates = [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]
+    claims = {
+        v["persistentVolumeClaim"]["claimName"]
+        for t in templates for v in t["spec"].get("volumes", []) if "persistentVolumeClaim" in v
+    }
+    pvcs = [r for r in resources if r["type"] == "kubernetes:core/v1:PersistentVolumeClaim"
+            and r["inputs"]["metadata"]["name"] in claims]
+    volumes = {r["inputs"]["spec"]["volumeName"] for r in pvcs}
+    pvs = [r for r in resources if r["type"] == "kubernetes:core/v1:PersistentVolume"
+           and r["inputs"]["metadata"]["name"] in volumes]
+    assert len(pvcs) == len(claims) >= 1 and len(pvs) == len(pvcs)
+    return {r["urn"] for r in pvcs + pvs}
+
+
+def _layers(resources: list[dict]) -> list[tuple[str, set[str]]]:
+    """The issue's destroy order as sets of URNs, first deleted first."""
+    of = lambda *types: {r["urn"] for r in resources if r["type"] in types}  # noqa: E731
+    return [
+        ("job", of("pulumi-python:dynamic/verl-gke:GrpoRun")),
+        ("RayCluster", of("kubernetes:ray.io/v1:RayCluster")),
+        ("mounts", _mounts(resources)),
+        ("node pools", of("gcp:container/nodePool:NodePool")),
+        ("cluster", of("gcp:container/cluster:Cluster")),
+        ("networks", of("gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork",
+                        "gcp:compute/firewall:Firewall")),
+    ]
+
+
+def _out_of_order(resources: list[dict]) -> set[tuple[str, str, str, str]]:
+    """(earlier layer, resource, later layer, resource) pairs no dependency path orders."""
+    before = destroy_graph.deleted_before(resources)
+    names = {r["urn"]: r["name"] for r in resources}
+    layers = [(name, urns) for name, urns in _layers(resources) if urns]
+    return {
+        (earlier, names[first], later, names[then])
+        for i, (earlier, firsts) in enumerate(layers)
+        for later, thens in layers[i + 1:]
+        for then in thens
+        for first in firsts - before[then]
+    }
+
+
+# Not ordered today: the GPU pool and the PV / PVC the Ray pods mount. The only edge that orders
+# them (the PV depending on the GPU pool) would hold the staging Job, which mounts the same claim,
+# until the GPU nodes are up, where today both run side by side. Left for a decision; see below.
+GPU_POOL_AND_MOUNTS = {
+    ("mounts", "storage-pv", "node pools", "gpu-pool"),
+    ("mounts", "storage-pvc", "node pools", "gpu-pool"),
+}
+
+
+@pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])
+def test_destroy_deletes_job_raycluster_mounts_pools_cluster_networks_in_that_order(stack, mode):
+    """Every resource of a later layer is deleted only after every resource of each earlier
+    layer (a dependency path forces it, not luck of scheduling), the guard before them all;
+    the one exception is the GPU pool against the mounts (next test)."""
+    resources = _document(stack, mode)["resources"]
+    [guard] = [r["urn"] for r in resources if r["type"] == GUARD]
+    assert destroy_graph.first_deleted(resources) == {guard}
+    names = [name for name, urns in _layers(resources) if urns]
+    expected = ["job", "RayCluster", "mounts", "node pools", "cluster", "networks"]
+    if mode == "autopilot":
+        expected.remove("node pools")
+    if stack == "a4x":  # DRANET: GKE makes the accelerator networks, the stack none
+        expected.remove("networks")
+    assert names == expected
+    assert _out_of_order(resources) - GPU_POOL_AND_MOUNTS == set()
+
+
+@pytest.mark.xfail(strict=True, reason="the GPU pool is not ordered after the mounts; see GPU_POOL_AND_MOUNTS")
+@pytest.mark.parametrize("stack", ["a4", "a3u", "a4x"])
+def test_destroy_deletes_the_mounts_before_the_gpu_pool(stack):
+    """Wanted: the claim's finalizer holds its delete until no pod mounts it, so deleting it
+    before the GPU nodes proves every gcsfuse sidecar has flushed. Strict: passes once fixed."""
+    assert not _out_of_order(_document(stack, "standard")["resources"]) & GPU_POOL_AND_MOUNTS
+
+
+@pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])
+def test_destroy_deletes_nothing_the_bucket_holds(stack, mode):
+    """The bucket is retained and never emptied (retainOnDelete, no forceDestroy), and the PV
+    keeps the data when its claim goes (Retain): model, data and checkpoints survive a destroy."""
+    resources = _document(stack, mode)["resources"]
+    [bucket] = [r for r in resources if r["type"] == "gcp:storage/bucket:Bucket"]
+    assert bucket["options"]["retainOnDelete"] is True
+    assert bucket["inputs"]["forceDestroy"] is False
+    assert not bucket["options"]["deleteBeforeReplace"]
+    for pv in (r for r in resources if r["type"] == "kubernetes:core/v1:PersistentVolume"):
+        assert pv["inputs"]["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    # Nothing else in the stack is a GCS object or folder that a destroy would delete.
+    assert not [r["type"] for r in resources if r["type"].startswith("gcp:storage/")
+                and r["type"] not in ("gcp:storage/bucket:Bucket", "gcp:storage/bucketIAMMember:BucketIAMMember")]
