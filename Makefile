@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STACK ?= a4
 MODE ?=
+BASE ?= origin/main
 
-.PHONY: venv node plan plan-all policy test bench clean
+.PHONY: venv node plan plan-all policy diff test bench clean
 
 venv: $(VENV)/.installed
 
@@ -33,6 +34,10 @@ plan-all: venv
 ## Run the policy pack (policy/) against a stack's offline plan: make policy STACK=a4 [MODE=autopilot]
 policy: venv
 	$(PY) -m tools.policy_check --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+
+## What a change does, offline: make diff BASE=<git ref> [STACK=a4|a4-autopilot|...] (default: every stack)
+diff: venv
+	$(PY) -m tools.plan_diff --base $(BASE) $(if $(filter command line,$(origin STACK)),--stack $(STACK),)
 
 ## Run the whole test suite (CI calls this through .ci/run).
 test: venv node

@@ -1,0 +1,141 @@
+"""`make diff` (tools/plan_diff.py): a real change, shown the way a reviewer needs it.
+
+Two trees are rendered by their own program under the mock runtime: a copy of this work tree
+with a changed stack file, and two real commits of this repository (when its history is there).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from tools import force_new, plan_diff
+from tools.plan import ROOT
+
+DAY_TWO_BASE = "36a7c82"  # components/ grouped by concern; default names were still "verl"
+DAY_TWO_HEAD = "8d16020"  # day two: names carry the stack, fixed names replaced delete-first
+UNTRACKED = shutil.ignore_patterns(".venv", "node_modules", "build", ".git", "__pycache__", ".pytest_cache")
+
+
+def _tree(destination, stack_file_extra: str = ""):
+    """A copy of the work tree's program, with lines appended to Pulumi.a4.yaml's config."""
+    shutil.copytree(ROOT, destination, ignore=UNTRACKED, symlinks=True)
+    if stack_file_extra:
+        with open(destination / "Pulumi.a4.yaml", "a") as stack_file:
+            stack_file.write(stack_file_extra)
+    return destination
+
+
+@pytest.fixture(scope="module")
+def gpu_change(tmp_path_factory):
+    """a4 moved to another reservation with 4 GPU nodes: the report and its resource changes."""
+    scratch = tmp_path_factory.mktemp("diff")
+    base = _tree(scratch / "base")
+    head = _tree(scratch / "head", "  verl-gke:gpuNodes: 4\n  verl-gke:reservation: other-reservation\n")
+    report, failed = plan_diff.diff_trees(base, head, ["a4"], scratch)
+    # The plans diff_trees rendered, read back for assertions on the structured changes.
+    olds, news = (json.loads((scratch / side / "a4" / "plan.json").read_text())["resources"]
+                  for side in ("plans-base", "plans-head"))
+    return report, failed, {c.name: c for c in plan_diff.resource_changes(olds, news)}
+
+
+def test_a_forcenew_field_replaces_the_gpu_pool_delete_first(gpu_change):
+    """A new reservation is ForceNew on node_config.reservation_affinity: the pool is replaced,
+    old one deleted first (fixed name); the pool's ignored initialNodeCount is not shown."""
+    _, failed, changes = gpu_change
+    assert not failed
+    pool = changes["gpu-pool"]
+    assert pool.kind == "replace" and pool.delete_first
+    reasons = {path: why for path, _, _, why in pool.fields}
+    assert reasons["nodeConfig.reservationAffinity.values[0]"] == (
+        "provider replaces on node_config.reservation_affinity"
+    )
+    assert reasons["autoscaling.totalMaxNodeCount"] is None  # updatable on its own
+    assert not any(path.startswith("initialNodeCount") for path in reasons)
+
+
+def test_the_job_is_replaced_by_its_providers_own_rule_and_the_cluster_untouched(gpu_change):
+    """Four nodes change the run's entrypoint (trainer.nnodes): GrpoRun's diff replaces on it.
+    Nothing about the cluster, bucket or networks changes."""
+    _, _, changes = gpu_change
+    run = changes["grpo-run"]
+    assert run.kind == "replace"
+    assert {why for path, _, _, why in run.fields if path == "entrypoint"} == {"provider replaces on entrypoint"}
+    assert not {"gke-cluster", "storage-bucket", "networks-rdma", "gke-system-pool"} & set(changes)
+
+
+def test_the_report_shows_manifests_and_outputs(gpu_change):
+    """The RayCluster's worker count as a unified diff of its manifest; hardware.nodes and the
+    words of the job's entrypoint that changed among the outputs; a summary of counts first."""
+    report, _, _ = gpu_change
+    assert "### `a4`" in report and "to replace" in report
+    assert "- **+- replace** `gcp:container/nodePool:NodePool` `gpu-pool` (delete first, then create)" in report
+    diff = report[report.index("```diff"):]
+    assert "--- base/a4: ray.io/v1 RayCluster default/b200-ray-cluster" in diff
+    assert "-    replicas: 2" in diff and "+    replicas: 4" in diff
+    assert "- `job.entrypoint`: words changed: `trainer.nnodes=2 → trainer.nnodes=4`" in report
+    assert "- `hardware.nodes`: 2 → 4" in report and "- `hardware.totalGpus`: 16 → 32" in report
+
+
+def test_an_unchanged_tree_reports_no_changes(tmp_path):
+    """The same program on both sides: "No changes." and nothing else for the stack."""
+    base = _tree(tmp_path / "base")
+    report, failed = plan_diff.diff_trees(base, base, ["a4x"], tmp_path)
+    assert not failed and report.endswith("### `a4x`\n\nNo changes.\n")
+
+
+def _has_commits(*refs: str) -> bool:
+    return all(
+        subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}^{{commit}}"],
+                       capture_output=True).returncode == 0
+        for ref in refs
+    )
+
+
+@pytest.mark.skipif(not _has_commits(DAY_TWO_BASE, DAY_TWO_HEAD), reason="history not in this clone")
+def test_two_real_commits_show_the_day_two_renames(tmp_path):
+    """Between the two commits default names gained the stack: the cluster is replaced because
+    of the program's replaceOnChanges, the bucket because the provider cannot rename a bucket,
+    left in the cloud (retainOnDelete), and the new guards are created."""
+    base = plan_diff.materialize(DAY_TWO_BASE, tmp_path / "base")
+    head = plan_diff.materialize(DAY_TWO_HEAD, tmp_path / "head")
+    report, failed = plan_diff.diff_trees(base, head, ["a4"], tmp_path)
+    assert not failed
+    assert "- `name`: \"verl\" → \"verl-a4\" — **replaceOnChanges: name**" in report
+    assert ("- **+- replace** `gcp:storage/bucket:Bucket` `storage-bucket` (create the new one; the old "
+            "one stays in the cloud: retainOnDelete)") in report
+    assert "- **+ create** `pulumi-python:dynamic/verl-gke:DeletionProtection` `deletion-protection`" in report
+    assert "- `clusterName`: \"verl\" → \"verl-a4\"" in report
+
+
+def test_a_base_that_cannot_render_shows_everything_as_added(tmp_path):
+    """A stack the base does not have (or whose plan fails): all of the head's resources are
+    'create', with the reason given, instead of a crash."""
+    base = _tree(tmp_path / "base")
+    (base / "Pulumi.a4x.yaml").unlink()
+    report, failed = plan_diff.diff_trees(base, ROOT, ["a4x"], tmp_path)
+    assert not failed
+    assert "_The base has no plan for this stack" in report and "no stack file Pulumi.a4x.yaml" in report
+    assert "0 to replace, 0 to update" in report and "to delete**" in report
+
+
+@pytest.mark.parametrize(
+    ("type_", "path", "expected"),
+    [
+        ("gcp:container/nodePool:NodePool", "nodeConfig.guestAccelerators[0].count", "node_config.guest_accelerator"),
+        ("gcp:container/nodePool:NodePool", "nodeConfig.labels.role", None),
+        ("gcp:compute/firewall:Firewall", "allows[0].ports[0]", None),
+        ("gcp:compute/resourcePolicy:ResourcePolicy", "name", None),
+        ("kubernetes:batch/v1:Job", "spec.template.spec.containers[0].image", "spec.template"),
+        ("kubernetes:core/v1:Secret", "stringData.hf_api_token", "stringData"),
+        ("kubernetes:ray.io/v1:RayCluster", "metadata.name", "metadata.name"),
+        ("kubernetes:ray.io/v1:RayCluster", "spec.workerGroupSpecs[0].replicas", None),
+    ],
+)
+def test_the_force_new_table_maps_plan_paths_onto_provider_fields(type_, path, expected):
+    """camelCase, pluralised Pulumi paths meet the providers' own field names; updatable fields
+    (labels, firewall rules, the placement policy's name since v5.38) stay updates."""
+    assert force_new.replacing_field(type_, path) == expected

@@ -1,0 +1,282 @@
+"""What a change does, offline: `make diff BASE=<git ref> [STACK=a4|a4-autopilot|...]`.
+
+Renders the offline plan (tools/plan.py) of the base commit, each tree with its own program,
+and of the work tree, then prints, per stack, as Markdown (for a terminal, a job summary or a
+pull-request comment):
+
+- resources added, removed, replaced and updated, with each changed input and why a change is
+  a replacement: the resource's `replaceOnChanges`, or a field the provider itself replaces on
+  (tools/force_new.py); `deleteBeforeReplace` says whether the old object goes first. Changes
+  to inputs under `ignoreChanges` are left out, as the engine leaves them out;
+- changed Kubernetes manifests (manifests.yaml) as a unified diff;
+- changed stack outputs.
+
+No cloud credentials: the same mock runtime as `make plan`. Exit 1 when the work tree's plan
+cannot be rendered; a base that cannot be rendered (or has no such stack) shows as all-added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import yaml
+
+from tools import force_new
+
+ROOT = Path(__file__).resolve().parents[1]
+# Every stack and mode `make plan-all` renders, named as their build/ directories are.
+ALL_STACKS = ("a4", "a3u", "a4x", "a4-autopilot", "a3u-autopilot")
+SHOWN_VALUE_CHARS = 120
+
+
+@dataclass
+class Rendered:
+    """One tree's plan of one stack: the plan document and manifests, or why there is none."""
+
+    plan: dict[str, Any] | None = None
+    manifests: str = ""
+    error: str | None = None
+
+
+@dataclass
+class Change:
+    urn: str
+    type: str
+    name: str
+    kind: str  # "add", "remove", "replace", "update"
+    fields: list[tuple[str, Any, Any, str | None]] = field(default_factory=list)  # path, old, new, why
+    delete_first: bool = False
+    retained: bool = False  # retainOnDelete: a replacement leaves the old object in the cloud
+
+
+def materialize(ref: str, dest: Path, repo: Path = ROOT) -> Path:
+    """The tree of commit `ref` in `dest` (git archive: no worktree bookkeeping left behind)."""
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", ref],
+        check=True, capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def render(tree: Path, stack: str, out: Path) -> Rendered:
+    """Run `tree`'s own tools/plan.py for `stack` ("a4" or "a4-autopilot") into `out`."""
+    name, _, mode = stack.partition("-")
+    command = [sys.executable, "-m", "tools.plan", "--stack", name, "--out", str(out), "--quiet"]
+    if mode:
+        command += ["--mode", mode]
+    result = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+    directory = out / stack
+    if result.returncode != 0 or not (directory / "plan.json").exists():
+        return Rendered(error=(result.stderr or result.stdout).strip() or f"exit {result.returncode}")
+    return Rendered(
+        plan=json.loads((directory / "plan.json").read_text()),
+        manifests=(directory / "manifests.yaml").read_text(),
+    )
+
+
+def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, leaf) pairs: `a.b[0].c`; an empty dict or list is a leaf of its own."""
+    if isinstance(value, Mapping) and value:
+        for key, inner in value.items():
+            yield from flatten(inner, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, list) and value:
+        for index, inner in enumerate(value):
+            yield from flatten(inner, f"{prefix}[{index}]")
+    else:
+        yield prefix, value
+
+
+def changed_paths(old: Any, new: Any) -> list[tuple[str, Any, Any]]:
+    before, after = dict(flatten(old)), dict(flatten(new))
+    missing = object()
+    return [
+        (path, before.get(path), after.get(path))
+        for path in sorted(set(before) | set(after))
+        if before.get(path, missing) != after.get(path, missing)
+    ]
+
+
+def _ignored(path: str, ignore_changes: list[str]) -> bool:
+    segments = force_new._segments(path)
+    return any(segments[: len(i.split("."))] == i.split(".") for i in ignore_changes)
+
+
+def _replace_reason(resource: Mapping[str, Any], path: str) -> str | None:
+    options = resource.get("options") or {}
+    top = force_new._segments(path)[0] if path else ""
+    if "*" in options.get("replaceOnChanges", []) or top in options.get("replaceOnChanges", []):
+        return f"replaceOnChanges: {top}"
+    provider_field = force_new.replacing_field(resource["type"], path)
+    return f"provider replaces on {provider_field}" if provider_field else None
+
+
+def resource_changes(base: list[Mapping[str, Any]], head: list[Mapping[str, Any]]) -> list[Change]:
+    """Added, removed, replaced and updated resources between two plans, by URN."""
+    olds = {r["urn"]: r for r in base}
+    news = {r["urn"]: r for r in head}
+    changes = [Change(u, r["type"], r["name"], "remove") for u, r in olds.items() if u not in news]
+    for urn, new in news.items():
+        old = olds.get(urn)
+        if old is None:
+            changes.append(Change(urn, new["type"], new["name"], "add"))
+            continue
+        ignore = (new.get("options") or {}).get("ignoreChanges", [])
+        fields = [
+            (path, before, after, _replace_reason(new, path))
+            for path, before, after in changed_paths(old.get("inputs"), new.get("inputs"))
+            if not _ignored(path, ignore)
+        ]
+        # Options whole (a list option is one value); they change what the engine does on the
+        # next replace or destroy, not the cloud object.
+        old_options, new_options = old.get("options") or {}, new.get("options") or {}
+        fields += [
+            (f"options.{key}", old_options.get(key), new_options.get(key), None)
+            for key in sorted(set(old_options) | set(new_options))
+            if old_options.get(key) != new_options.get(key) and key != "provider"
+        ]
+        if fields:
+            replace = any(why for *_, why in fields)
+            changes.append(Change(
+                urn, new["type"], new["name"], "replace" if replace else "update", fields,
+                delete_first=bool((new.get("options") or {}).get("deleteBeforeReplace")),
+                retained=bool((new.get("options") or {}).get("retainOnDelete")),
+            ))
+    order = {"replace": 0, "remove": 1, "add": 2, "update": 3}
+    return sorted(changes, key=lambda c: (order[c.kind], c.type, c.name))
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= SHOWN_VALUE_CHARS else text[: SHOWN_VALUE_CHARS - 1] + "…"
+
+
+def _shown_change(before: Any, after: Any) -> str:
+    """`old → new`; for two long strings (a command line), only the words that differ."""
+    if isinstance(before, str) and isinstance(after, str) and max(len(before), len(after)) > SHOWN_VALUE_CHARS:
+        old_words, new_words = before.split(), after.split()
+        matcher = difflib.SequenceMatcher(a=old_words, b=new_words, autojunk=False)
+        parts = [
+            f"{' '.join(old_words[i1:i2]) or '∅'} → {' '.join(new_words[j1:j2]) or '∅'}"
+            for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
+        ]
+        return "words changed: " + "; ".join(f"`{p}`" for p in parts)
+    return f"{_shown(before)} → {_shown(after)}"
+
+
+def _change_lines(change: Change) -> list[str]:
+    label = {"add": "+ create", "remove": "- delete", "replace": "+- replace", "update": "~ update"}[change.kind]
+    how = ""
+    if change.kind == "replace":
+        how = " (delete first, then create)" if change.delete_first else " (create first, then delete)"
+        if change.retained:
+            how = " (create the new one; the old one stays in the cloud: retainOnDelete)"
+    lines = [f"- **{label}** `{change.type}` `{change.name}`{how}"]
+    if change.kind == "update" and not force_new.known(change.type):
+        lines[0] += " (provider not in tools/force_new.py: could also be a replacement)"
+    for path, before, after, why in change.fields:
+        reason = f" — **{why}**" if why else ""
+        lines.append(f"  - `{path}`: {_shown_change(before, after)}{reason}")
+    return lines
+
+
+def _objects(manifests: str) -> dict[str, str]:
+    """Each Kubernetes object of a manifests.yaml as YAML, keyed `kind namespace/name`.
+
+    Keyed, not compared as one file: the program registers independent objects concurrently,
+    so their order in manifests.yaml can differ between two renders of the same program.
+    """
+    found: dict[str, str] = {}
+    for obj in yaml.safe_load_all(manifests):
+        if obj:
+            meta = obj.get("metadata") or {}
+            key = f"{obj.get('apiVersion')} {obj.get('kind')} {meta.get('namespace', '-')}/{meta.get('name')}"
+            found[key] = yaml.safe_dump(obj, sort_keys=False)
+    return found
+
+
+def manifest_diff(base: str, head: str, stack: str) -> list[str]:
+    """A unified diff per added, removed or changed object, in a stable order."""
+    olds, news = _objects(base), _objects(head)
+    lines: list[str] = []
+    for key in sorted(set(olds) | set(news)):
+        if olds.get(key) != news.get(key):
+            lines += difflib.unified_diff(
+                (olds.get(key) or "").splitlines(), (news.get(key) or "").splitlines(),
+                fromfile=f"base/{stack}: {key}" if key in olds else "/dev/null",
+                tofile=f"head/{stack}: {key}" if key in news else "/dev/null", lineterm="",
+            )
+    return lines
+
+
+def stack_report(stack: str, base: Rendered, head: Rendered) -> tuple[list[str], bool]:
+    """Markdown lines for one stack, and whether anything changed."""
+    lines = [f"### `{stack}`", ""]
+    if head.plan is None:
+        return lines + [f"The work tree's plan failed to render:\n\n```\n{head.error}\n```", ""], True
+    if base.plan is None:
+        lines += [f"_The base has no plan for this stack ({(base.error or '').splitlines()[-1:]}); "
+                  "everything shows as added._", ""]
+    changes = resource_changes((base.plan or {}).get("resources", []), head.plan["resources"])
+    counts = {k: sum(c.kind == k for c in changes) for k in ("replace", "update", "add", "remove")}
+    manifests = manifest_diff(base.manifests, head.manifests, stack)
+    outputs = changed_paths((base.plan or {}).get("outputs", {}), head.plan.get("outputs", {}))
+    if not changes and not manifests and not outputs:
+        return lines + ["No changes.", ""], False
+    lines.append(
+        f"**{counts['replace']} to replace, {counts['update']} to update, {counts['add']} to create, "
+        f"{counts['remove']} to delete**"
+    )
+    lines.append("")
+    for change in changes:
+        lines += _change_lines(change)
+    if manifests:
+        lines += ["", "<details><summary>Kubernetes manifests</summary>", "", "```diff", *manifests, "```",
+                  "", "</details>"]
+    if outputs:
+        lines += ["", "Outputs:"]
+        lines += [f"- `{path}`: {_shown_change(before, after)}" for path, before, after in outputs]
+    return lines + [""], True
+
+
+def diff_trees(base_tree: Path, head_tree: Path, stacks: list[str], scratch: Path) -> tuple[str, bool]:
+    """The whole Markdown report for `stacks`, and whether the head failed to render."""
+    lines = ["## Offline plan diff", ""]
+    failed = False
+    for stack in stacks:
+        base = render(base_tree, stack, scratch / "plans-base")
+        head = render(head_tree, stack, scratch / "plans-head")
+        failed |= head.plan is None
+        lines += stack_report(stack, base, head)[0]
+    return "\n".join(lines), failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="git ref of the base (e.g. origin/main)")
+    parser.add_argument("--stack", action="append", choices=ALL_STACKS,
+                        help="a stack (repeatable); default: every stack and mode")
+    parser.add_argument("--output", type=Path, help="also write the Markdown report here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
+        base_tree = materialize(args.base, Path(scratch) / "base-tree")
+        report, failed = diff_trees(base_tree, ROOT, args.stack or list(ALL_STACKS), Path(scratch))
+    print(report)
+    if args.output:
+        args.output.write_text(report + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
