@@ -139,3 +139,13 @@ def test_the_force_new_table_maps_plan_paths_onto_provider_fields(type_, path, e
     """camelCase, pluralised Pulumi paths meet the providers' own field names; updatable fields
     (labels, firewall rules, the placement policy's name since v5.38) stay updates."""
     assert force_new.replacing_field(type_, path) == expected
+
+
+def test_the_pr_comment_carries_its_marker_and_fits_githubs_limit():
+    """The workflow finds its own comment by the marker; a huge diff is cut below 65,536
+    characters without leaving a code block open, and says where the whole diff is."""
+    small = plan_diff.pr_comment("## Offline plan diff\n\nNo changes.")
+    assert small.startswith(plan_diff.COMMENT_MARKER + "\n## Offline plan diff")
+    huge = plan_diff.pr_comment("```diff\n" + "+ line\n" * 20000 + "```")
+    assert len(huge) <= plan_diff.COMMENT_LIMIT
+    assert huge.count("```") % 2 == 0 and huge.rstrip().endswith("the job summary has the whole diff._")

@@ -262,12 +262,30 @@ def diff_trees(base_tree: Path, head_tree: Path, stacks: list[str], scratch: Pat
     return "\n".join(lines), failed
 
 
+COMMENT_MARKER = "<!-- verl-gke: offline plan diff -->"
+COMMENT_LIMIT = 65536  # characters GitHub accepts in one comment body
+
+
+def pr_comment(report: str) -> str:
+    """The report as a PR comment: the marker the workflow finds it by, cut to fit if needed."""
+    body = f"{COMMENT_MARKER}\n{report}\n"
+    if len(body) <= COMMENT_LIMIT:
+        return body
+    note = "\n\n_Cut to fit a comment: the job summary has the whole diff._\n"
+    cut = body[: COMMENT_LIMIT - len(note) - 10]
+    if cut.count("```") % 2:  # do not leave a code block open
+        cut += "\n```"
+    return cut + note
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="git ref of the base (e.g. origin/main)")
     parser.add_argument("--stack", action="append", choices=ALL_STACKS,
                         help="a stack (repeatable); default: every stack and mode")
     parser.add_argument("--output", type=Path, help="also write the Markdown report here")
+    parser.add_argument("--comment", type=Path,
+                        help="also write it as a PR comment: a marker line first, cut to GitHub's limit")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
         base_tree = materialize(args.base, Path(scratch) / "base-tree")
@@ -275,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report)
     if args.output:
         args.output.write_text(report + "\n")
+    if args.comment:
+        args.comment.write_text(pr_comment(report))
     return 1 if failed else 0
 
 
