@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import runpy
 
 import pytest
@@ -406,3 +407,37 @@ def test_a_credential_in_plain_text_is_a_violation(leak):
         expected = "env WANDB_API_KEY"
     [message] = violations("credentials-are-secrets", [target])
     assert message.startswith(expected + " holds a credential in plain text")
+
+
+def test_charts_and_manifest_files_that_bring_images_are_pinned_too():
+    """a4x's Helm releases name exact chart versions and the installer manifest a commit."""
+    found = resources("a4x")
+    kinds = {r["type"] for r in found}
+    assert {rules.HELM_RELEASE, "kubernetes:yaml/v2:ConfigFile"} <= kinds
+    assert violations("images-pinned", [r for r in found if r["type"] in (rules.HELM_RELEASE, *rules.MANIFEST_FILES)]) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("chart range", "is not an exact version"),
+        ("chart unset", "is not an exact version"),
+        ("latest value", "values.image.tag floats an image"),
+        ("branch manifest", "is read at 'master', not a commit"),
+    ],
+)
+def test_a_floating_chart_or_manifest_is_a_violation(change, expected):
+    """A chart version range or none, a Helm value asking for :latest, a manifest from a branch."""
+    found = resources("a4x")
+    release = one(found, rules.HELM_RELEASE, "ray-kuberay-operator")
+    manifest = one(found, "kubernetes:yaml/v2:ConfigFile")
+    if change == "chart range":
+        release["inputs"]["version"] = "^1.7"
+    elif change == "chart unset":
+        del release["inputs"]["version"]
+    elif change == "latest value":
+        release["inputs"]["values"]["image"] = {"repository": "kuberay/operator", "tag": "latest"}
+    else:
+        manifest["inputs"]["file"] = re.sub(r"/[0-9a-f]{40}/", "/master/", manifest["inputs"]["file"])
+    [message] = violations("images-pinned", [release, manifest])
+    assert expected in message
