@@ -441,3 +441,61 @@ def test_a_floating_chart_or_manifest_is_a_violation(change, expected):
         manifest["inputs"]["file"] = re.sub(r"/[0-9a-f]{40}/", "/master/", manifest["inputs"]["file"])
     [message] = violations("images-pinned", [release, manifest])
     assert expected in message
+
+
+# --- the pack as the engine talks to it --------------------------------------------------------
+
+
+def _served_pack():
+    """The analyzer service policy/__main__.py starts, without its gRPC server around it."""
+    from pulumi_policy.policy import _PolicyAnalyzerServicer
+
+    rules.show_secrets_as_the_plan_does()
+    return _PolicyAnalyzerServicer(
+        rules.PACK_NAME, "0.1.0", rules.POLICIES, pulumi_policy.EnforcementLevel.MANDATORY,
+        None, None, None, None, None, None, None,
+    )
+
+
+def _analyze_request(resource: dict, secret_paths: tuple[str, ...] = ()):
+    """An AnalyzeRequest as the engine sends it: inputs as a Struct, the values at
+    `secret_paths` wrapped in Pulumi's secret signature (real values, not "[secret]")."""
+    from google.protobuf import json_format, struct_pb2
+    from pulumi.runtime import proto
+    from pulumi_policy import deserialize
+
+    properties = copy.deepcopy(resource["inputs"])
+    for path in secret_paths:
+        *parents, leaf = path.split(".")
+        holder = properties
+        for key in parents:
+            holder = holder[key]
+        holder[leaf] = {deserialize.SPECIAL_SIG_KEY: deserialize.SPECIAL_SECRET_SIG, "value": "hf_REALVALUE"}
+    struct = struct_pb2.Struct()
+    json_format.ParseDict(properties, struct)
+    options = proto.AnalyzerResourceOptions(
+        protect=bool(resource["options"].get("protect")),
+        deleteBeforeReplace=bool(resource["options"].get("deleteBeforeReplace")),
+        deleteBeforeReplaceDefined=True,
+    )
+    return proto.AnalyzeRequest(type=resource["type"], properties=struct, urn=resource["urn"],
+                                name=resource["name"], options=options)
+
+
+def test_the_served_pack_reports_what_make_policy_reports():
+    """Through the analyzer service `pulumi preview` talks to: the secret token passes, the same
+    token sent in plain text fails credentials-are-secrets, and today's GPU pool fails exactly
+    the rule it fails offline."""
+    servicer = _served_pack()
+    secret = one(resources(), rules.K8S_SECRET)
+    ok = servicer.Analyze(_analyze_request(secret, ("stringData.hf_api_token",)), None)
+    assert [d.policyName for d in ok.diagnostics] == []
+    secret["inputs"]["stringData"]["hf_api_token"] = "hf_REALVALUE"
+    leaked = servicer.Analyze(_analyze_request(secret), None)
+    assert [d.policyName for d in leaked.diagnostics] == ["credentials-are-secrets"]
+    assert "hf_REALVALUE" not in leaked.diagnostics[0].message
+    pool = _gpu_pool()
+    online = servicer.Analyze(_analyze_request(pool), None)
+    offline = policy_check.check_resources([pool])
+    assert sorted(d.policyName for d in online.diagnostics) == sorted(v.policy for v in offline) == [
+        "nodes-dedicated-service-account"]
