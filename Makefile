@@ -37,7 +37,7 @@ policy: venv
 
 ## What a change does, offline: make diff BASE=<git ref> [STACK=a4|a4-autopilot|...] (default: every stack)
 diff: venv
-	$(PY) -m tools.plan_diff --base $(BASE) $(if $(filter command line,$(origin STACK)),--stack $(STACK),)
+	$(PY) -m tools.plan_diff --base $(BASE) $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),)
 
 ## Run the whole test suite (CI calls this through .ci/run).
 test: venv node
