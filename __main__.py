@@ -69,24 +69,24 @@ in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
 
 # What must exist before GPU pods can be scheduled: the GPU pool and the network objects.
 ray_prerequisites: list[pulumi.Resource] = []
+gpu_pool: GpuNodePool | None = None
 if not cfg.autopilot:
-    ray_prerequisites.append(
-        GpuNodePool(
-            "gpu",
-            GpuNodePoolArgs(
-                project=cfg.project,
-                region=cfg.region,
-                zone=cfg.zone,
-                cluster=gke.name,
-                hardware=hw,
-                nodes=cfg.nodes,
-                capacity=cfg.provisioning,
-                reservation=cfg.reservation,
-                placement_policy=cfg.placement_policy,
-                node_networks=networks.node_networks if networks else [],
-            ),
-        )
+    gpu_pool = GpuNodePool(
+        "gpu",
+        GpuNodePoolArgs(
+            project=cfg.project,
+            region=cfg.region,
+            zone=cfg.zone,
+            cluster=gke.name,
+            hardware=hw,
+            nodes=cfg.nodes,
+            capacity=cfg.provisioning,
+            reservation=cfg.reservation,
+            placement_policy=cfg.placement_policy,
+            node_networks=networks.node_networks if networks else [],
+        ),
     )
+    ray_prerequisites.append(gpu_pool)
 if networks:
     ray_prerequisites += networks.map_into_cluster(gke.provider)
 
@@ -122,6 +122,7 @@ storage = GcsFuseStorage(
         labels=cfg.labels,
         adopt=found.bucket is not None,
         bucket_guard=bucket_identity,
+        claim_after=[gpu_pool] if gpu_pool else (),
     ),
     opts=in_namespace,
 )
@@ -132,7 +133,7 @@ staging = ModelStaging(
         staging=cfg.staging,
         namespace=cfg.namespace,
         service_account=storage.service_account,
-        pvc_name=storage.pvc_name,
+        bucket_name=storage.bucket_name,
         hf_secret_name=storage.hf_secret_name or HF_SECRET_NAME,
         node_selector=system_nodes,
     ),

@@ -2,9 +2,8 @@
 
 After the DeletionProtection guard (deleted first; it stops the destroy while protected), every
 stack tears down in this order, each layer only once the one before it is gone:
-job, RayCluster, what the Ray pods mount, node pools, cluster, networks (the GPU pool against
-the mounts excepted, an open gap pinned by a strict xfail). And nothing the bucket holds is
-deleted.
+job, RayCluster, what the Ray pods mount, node pools, cluster, networks. And nothing the bucket
+holds is deleted.
 """
 
 from __future__ import annotations
@@ -68,20 +67,12 @@ def _out_of_order(resources: list[dict]) -> set[tuple[str, str, str, str]]:
     }
 
 
-# Not ordered today: the GPU pool and the PV / PVC the Ray pods mount. The only edge that orders
-# them (the PV depending on the GPU pool) would hold the staging Job, which mounts the same claim,
-# until the GPU nodes are up, where today both run side by side. Left for a decision; see below.
-GPU_POOL_AND_MOUNTS = {
-    ("mounts", "storage-pv", "node pools", "gpu-pool"),
-    ("mounts", "storage-pvc", "node pools", "gpu-pool"),
-}
-
-
 @pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])
 def test_destroy_deletes_job_raycluster_mounts_pools_cluster_networks_in_that_order(stack, mode):
     """Every resource of a later layer is deleted only after every resource of each earlier
-    layer (a dependency path forces it, not luck of scheduling), the guard before them all;
-    the one exception is the GPU pool against the mounts (next test)."""
+    layer (a dependency path forces it, not luck of scheduling), the guard before them all.
+    The claim before the GPU pool: its finalizer holds the delete until no pod mounts it, so no
+    GPU node goes while a gcsfuse sidecar on it still flushes checkpoint writes."""
     resources = _document(stack, mode)["resources"]
     [guard] = [r["urn"] for r in resources if r["type"] == GUARD]
     assert destroy_graph.first_deleted(resources) == {guard}
@@ -92,15 +83,7 @@ def test_destroy_deletes_job_raycluster_mounts_pools_cluster_networks_in_that_or
     if stack == "a4x":  # DRANET: GKE makes the accelerator networks, the stack none
         expected.remove("networks")
     assert names == expected
-    assert _out_of_order(resources) - GPU_POOL_AND_MOUNTS == set()
-
-
-@pytest.mark.xfail(strict=True, reason="the GPU pool is not ordered after the mounts; see GPU_POOL_AND_MOUNTS")
-@pytest.mark.parametrize("stack", ["a4", "a3u", "a4x"])
-def test_destroy_deletes_the_mounts_before_the_gpu_pool(stack):
-    """Wanted: the claim's finalizer holds its delete until no pod mounts it, so deleting it
-    before the GPU nodes proves every gcsfuse sidecar has flushed. Strict: passes once fixed."""
-    assert not _out_of_order(_document(stack, "standard")["resources"]) & GPU_POOL_AND_MOUNTS
+    assert _out_of_order(resources) == set()
 
 
 @pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])
@@ -117,3 +100,14 @@ def test_destroy_deletes_nothing_the_bucket_holds(stack, mode):
     # Nothing else in the stack is a GCS object or folder that a destroy would delete.
     assert not [r["type"] for r in resources if r["type"].startswith("gcp:storage/")
                 and r["type"] not in ("gcp:storage/bucket:Bucket", "gcp:storage/bucketIAMMember:BucketIAMMember")]
+
+
+@pytest.mark.parametrize("stack", ["a4", "a4x"])
+def test_staging_does_not_wait_for_the_gpu_pool(stack):
+    """The claim waits for the GPU pool; the staging Job, mounting the bucket inline, does not:
+    it still fills the bucket while the GPU nodes come up."""
+    resources = _document(stack, "standard")["resources"]
+    before = destroy_graph.deleted_before(resources)
+    urn = {r["name"]: r["urn"] for r in resources}
+    assert urn["storage-pvc"] in before[urn["gpu-pool"]] and urn["storage-pv"] in before[urn["gpu-pool"]]
+    assert urn["staging-job"] not in before[urn["gpu-pool"]]

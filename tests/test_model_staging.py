@@ -31,6 +31,7 @@ def _args(**overrides: Any) -> ModelStagingArgs:
         "staging": StagingConfig(),
         "namespace": "verl",
         "service_account": "verl-ray",
+        "bucket_name": "verl-bucket",
         "node_selector": SYSTEM_POOL,
         "tolerations": [SYSTEM_TOLERATION],
     }
@@ -138,7 +139,7 @@ def test_job_is_bounded_and_awaited(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_pod_mounts_the_bucket_and_the_script(rendered: mockrun.Recording) -> None:
-    """The pod mounts the GCS FUSE claim at /data with a sized gcsfuse sidecar, and runs the
+    """The pod mounts the bucket (GCS FUSE, inline) at /data with a sized gcsfuse sidecar, and runs the
     script from a ConfigMap holding exactly components/storage/staging/stage.py."""
     job = _job(rendered)
     pod = job["spec"]["template"]["spec"]
@@ -150,7 +151,10 @@ def test_pod_mounts_the_bucket_and_the_script(rendered: mockrun.Recording) -> No
     assert annotations["gke-gcsfuse/volumes"] == "true"
     for resource in ("cpu", "memory", "ephemeral-storage"):
         assert f"gke-gcsfuse/{resource}-limit" in annotations
-    assert volumes["bucket"]["persistentVolumeClaim"] == {"claimName": "training-bucket-pvc"}
+    # The bucket itself, inline: the Ray pods' claim waits for the GPU pool, staging must not.
+    assert volumes["bucket"]["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
+    assert volumes["bucket"]["csi"]["volumeAttributes"]["bucketName"] == "verl-bucket"
+    assert "implicit-dirs" in volumes["bucket"]["csi"]["volumeAttributes"]["mountOptions"].split(",")
     assert mounts["bucket"] == "/data"
     assert pod["serviceAccountName"] == "verl-ray"
     assert config_map["data"] == {"stage.py": SCRIPT.read_text()}

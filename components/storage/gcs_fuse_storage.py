@@ -6,12 +6,14 @@ Creates a hierarchical-namespace bucket (uniform access, public access prevented
 (components/guards.py BucketIdentity refuses a rename or a move); the Kubernetes service
 account of the Ray pods with a bucket-scoped `roles/storage.objectUser` grant to its
 workload-identity principal; the Hugging Face token Secret; and a static GCS FUSE PersistentVolume
-bound by name to its claim. It does not fill the bucket (ModelStaging does).
+bound by name to its claim, for the Ray pods. It does not fill the bucket (ModelStaging does,
+through an inline volume of the same bucket: `inline_volume`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import pulumi
 import pulumi_gcp as gcp
@@ -54,6 +56,32 @@ def mount_options(arch: Arch) -> list[str]:
     return list(_MOUNT_OPTIONS)
 
 
+CSI_DRIVER = "gcsfuse.csi.storage.gke.io"
+# Both mounts skip the driver's bucket-access check (the grant is bucket-scoped and may still be
+# propagating) and warm the metadata cache at mount time.
+_VOLUME_ATTRIBUTES = {"skipCSIBucketAccessCheck": "true", "gcsfuseMetadataPrefetchOnMount": "true"}
+
+
+def inline_volume(volume_name: str, bucket_name: pulumi.Input[str], arch: Arch) -> k8s.core.v1.VolumeArgs:
+    """The bucket as a CSI ephemeral volume of a pod, with the same options as the PV.
+
+    For pods that must not wait for the claim: the claim is created after the GPU pool (see
+    GcsFuseStorageArgs.claim_after), and the staging Job runs while the GPU nodes come up.
+    GKE: "Mount Cloud Storage buckets as CSI ephemeral volumes" (bucketName, mountOptions).
+    """
+    return k8s.core.v1.VolumeArgs(
+        name=volume_name,
+        csi=k8s.core.v1.CSIVolumeSourceArgs(
+            driver=CSI_DRIVER,
+            volume_attributes={
+                "bucketName": bucket_name,
+                "mountOptions": ",".join(mount_options(arch)),
+                **_VOLUME_ATTRIBUTES,
+            },
+        ),
+    )
+
+
 def workload_principal(project_number: str, project: str, namespace: str, ksa: str) -> str:
     return (
         f"principal://iam.googleapis.com/projects/{project_number}/locations/global/"
@@ -82,6 +110,10 @@ class GcsFuseStorageArgs:
     adopt: bool = False
     # Must exist before the bucket is touched (components/guards.py BucketIdentity).
     bucket_guard: pulumi.Resource | None = None
+    # What the PV and PVC are created after, and so deleted before: the GPU node pool. The
+    # claim's finalizer holds its delete until no pod mounts it, so `pulumi destroy` removes
+    # GPU nodes only once every gcsfuse sidecar on them has flushed and unmounted. Default: none.
+    claim_after: Sequence[pulumi.Resource] = ()
 
 
 class GcsFuseStorage(pulumi.ComponentResource):
@@ -129,7 +161,8 @@ class GcsFuseStorage(pulumi.ComponentResource):
             )
             # Consumers take the name from the Secret, so they wait for it and go before it.
             self.hf_secret_name = hf_secret.metadata.name
-        volume = self._persistent_volume(name, args, self.bucket.name, child)
+        claim_opts = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(args.claim_after)))
+        volume = self._persistent_volume(name, args, self.bucket.name, claim_opts)
         claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=PVC_NAME, namespace=args.namespace),
@@ -140,7 +173,7 @@ class GcsFuseStorage(pulumi.ComponentResource):
                 # Bind to exactly this PV (the tutorial leaves it to matching, ANCHORS defect 4).
                 volume_name=volume.metadata.name,
             ),
-            opts=child,
+            opts=claim_opts,
         )
 
         self.bucket_name = self.bucket.name
@@ -206,12 +239,9 @@ class GcsFuseStorage(pulumi.ComponentResource):
                 storage_class_name="gcsfuse-sc",
                 mount_options=mount_options(args.arch),
                 csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
-                    driver="gcsfuse.csi.storage.gke.io",
+                    driver=CSI_DRIVER,
                     volume_handle=bucket_name,
-                    volume_attributes={
-                        "skipCSIBucketAccessCheck": "true",
-                        "gcsfuseMetadataPrefetchOnMount": "true",
-                    },
+                    volume_attributes=dict(_VOLUME_ATTRIBUTES),
                 ),
             ),
             opts=opts,

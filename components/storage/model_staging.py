@@ -1,8 +1,8 @@
 """ModelStaging: a Kubernetes Job that fills the training bucket before training may start.
 
 The tutorial stages the model (about 66 GB), GSM8K and verl's source from a workstation by hand.
-This Job does it in the cluster, through the same GCS FUSE volume and workload identity the Ray
-pods use: verl at `pins.VERL_REF` to /data/verl, GSM8K preprocessed by verl's own script to
+This Job does it in the cluster, through the same bucket (mounted as an inline GCS FUSE volume,
+so it never waits for the Ray pods' claim) and workload identity the Ray pods use: verl at `pins.VERL_REF` to /data/verl, GSM8K preprocessed by verl's own script to
 /data/gsm8k, the model at a pinned revision to /data/<name>. The work is
 components/storage/staging/stage.py, shipped in a ConfigMap so the image needs no build; it is idempotent
 (a marker in the bucket), so a re-run with unchanged values finishes in seconds.
@@ -13,7 +13,7 @@ component, so training never starts on a half-filled bucket. The Job's name is d
 it stages, so a changed model, revision, verl ref or script is a new Job, and an unchanged one is
 no change at all.
 
-It does not create the bucket, PVC, service account or Hugging Face Secret (GcsFuseStorage does),
+It does not create the bucket, service account or Hugging Face Secret (GcsFuseStorage does),
 never builds a Kubernetes provider (it comes through `opts`), and never runs on a GPU node.
 """
 
@@ -30,18 +30,19 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.facts import pins
+from components.facts.hardware import Arch
 from components.facts.layout import (
     DATA_MOUNT,
     GSM8K_DIR,
     HF_SECRET_KEY,
     HF_SECRET_NAME,
-    PVC_NAME,
     TRAIN_FILES,
     VAL_FILES,
     VERL_DIR,
 )
 from components.options import child_options
 from components.schema.staging import StagingConfig, model_path
+from components.storage.gcs_fuse_storage import inline_volume
 
 TYPE_TOKEN = "verl-gke:index:ModelStaging"
 
@@ -93,16 +94,18 @@ _GPU_NODE_LABEL = "cloud.google.com/gke-accelerator"
 @dataclass(frozen=True)
 class ModelStagingArgs:
     staging: StagingConfig  # what to stage (the `verl-gke:staging` config)
-    namespace: pulumi.Input[str]  # namespace of the PVC, service account and Secret
+    namespace: pulumi.Input[str]  # namespace of the service account and Secret
     # Kubernetes service account with read-write access to the bucket (workload identity).
     service_account: pulumi.Input[str]
+    # The bucket, mounted at /data as a CSI ephemeral volume (gcs_fuse_storage.inline_volume).
+    bucket_name: pulumi.Input[str]
+    arch: Arch = Arch.AMD64  # of the nodes the Job runs on: picks gcsfuse's mount options
     # Where the Job may run: the CPU system pool (Standard) or a general-purpose compute class
     # (Autopilot); default: none. Never a GPU node: GPU selectors and tolerations are refused.
     node_selector: Mapping[str, str] = field(default_factory=dict)
     # Kubernetes tolerations as plain data, camelCase keys (`key`, `operator`, `value`,
     # `effect`, `tolerationSeconds`); default: none.
     tolerations: Sequence[Mapping[str, Any]] = ()
-    pvc_name: pulumi.Input[str] = PVC_NAME  # the GCS FUSE claim, mounted at /data
     hf_secret_name: pulumi.Input[str] = HF_SECRET_NAME  # Secret holding the Hugging Face token
     hf_secret_key: pulumi.Input[str] = HF_SECRET_KEY  # its key
     image: str = pins.STAGING_IMAGE  # needs python3, git, verl's imports and huggingface_hub
@@ -124,8 +127,8 @@ class ModelStaging(pulumi.ComponentResource):
     ) -> None:
         """`opts` must carry the cluster's Kubernetes provider (`providers=` or `provider=`).
 
-        Pass the storage's outputs (namespace, service account, PVC name) so the Job waits for
-        them, or list the storage component in `opts.depends_on`.
+        Pass the storage's outputs (namespace, service account, bucket name) so the Job waits
+        for them, or list the storage component in `opts.depends_on`.
         """
         problems = _args_problems(name, args)
         if problems:
@@ -256,12 +259,7 @@ def _pod_spec(
         tolerations=[_toleration(t) for t in args.tolerations] or None,
         containers=[container],
         volumes=[
-            k8s.core.v1.VolumeArgs(
-                name="bucket",
-                persistent_volume_claim=k8s.core.v1.PersistentVolumeClaimVolumeSourceArgs(
-                    claim_name=args.pvc_name
-                ),
-            ),
+            inline_volume("bucket", args.bucket_name, args.arch),
             k8s.core.v1.VolumeArgs(
                 name="script",
                 config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=script_config_map),
