@@ -149,3 +149,18 @@ def test_the_pr_comment_carries_its_marker_and_fits_githubs_limit():
     huge = plan_diff.pr_comment("```diff\n" + "+ line\n" * 20000 + "```")
     assert len(huge) <= plan_diff.COMMENT_LIMIT
     assert huge.count("```") % 2 == 0 and huge.rstrip().endswith("the job summary has the whole diff._")
+
+
+def test_new_dependencies_or_options_alone_are_engine_only_changes():
+    """A resource whose inputs are unchanged but that now waits for another (or is protected)
+    is listed apart: no provider call, only a different create / destroy order."""
+    pool = {"urn": "urn:a::p::gcp:container/nodePool:NodePool::gpu-pool", "name": "gpu-pool",
+            "type": "gcp:container/nodePool:NodePool", "inputs": {}, "options": {}}
+    claim = {"urn": "urn:a::p::kubernetes:core/v1:PersistentVolumeClaim::pvc", "name": "pvc",
+             "type": "kubernetes:core/v1:PersistentVolumeClaim", "inputs": {"spec": {}}, "options": {},
+             "dependsOn": []}
+    later = {**claim, "dependsOn": [pool["urn"]], "options": {"protect": True}}
+    [change] = plan_diff.resource_changes([pool, claim], [pool, later])
+    assert change.kind == "engine"
+    assert change.fields == [("options.protect", None, True, None),
+                             ("dependsOn (removed → added)", [], ["gpu-pool"], None)]

@@ -53,7 +53,7 @@ class Change:
     urn: str
     type: str
     name: str
-    kind: str  # "add", "remove", "replace", "update"
+    kind: str  # "add", "remove", "replace", "update", "engine" (options or dependencies only)
     fields: list[tuple[str, Any, Any, str | None]] = field(default_factory=list)  # path, old, new, why
     delete_first: bool = False
     retained: bool = False  # retainOnDelete: a replacement leaves the old object in the cloud
@@ -122,6 +122,12 @@ def _replace_reason(resource: Mapping[str, Any], path: str) -> str | None:
     return f"provider replaces on {provider_field}" if provider_field else None
 
 
+def _dependency_names(resource: Mapping[str, Any], by_urn: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """Names of the resources `resource` explicitly depends on (plans before plan.json recorded
+    dependencies have none)."""
+    return {by_urn[u]["name"] if u in by_urn else u.rsplit("::", 1)[-1] for u in resource.get("dependsOn") or []}
+
+
 def resource_changes(base: list[Mapping[str, Any]], head: list[Mapping[str, Any]]) -> list[Change]:
     """Added, removed, replaced and updated resources between two plans, by URN."""
     olds = {r["urn"]: r for r in base}
@@ -146,14 +152,20 @@ def resource_changes(base: list[Mapping[str, Any]], head: list[Mapping[str, Any]
             for key in sorted(set(old_options) | set(new_options))
             if old_options.get(key) != new_options.get(key) and key != "provider"
         ]
+        # What the resource waits for (creation) and goes before (destroy): engine-only too.
+        old_deps, new_deps = _dependency_names(old, olds), _dependency_names(new, news)
+        if old_deps != new_deps:
+            fields.append(("dependsOn (removed → added)", sorted(old_deps - new_deps), sorted(new_deps - old_deps), None))
         if fields:
             replace = any(why for *_, why in fields)
+            engine_only = all(path.startswith(("dependsOn", "options.")) for path, *_ in fields)
+            kind = "replace" if replace else "engine" if engine_only else "update"
             changes.append(Change(
-                urn, new["type"], new["name"], "replace" if replace else "update", fields,
+                urn, new["type"], new["name"], kind, fields,
                 delete_first=bool((new.get("options") or {}).get("deleteBeforeReplace")),
                 retained=bool((new.get("options") or {}).get("retainOnDelete")),
             ))
-    order = {"replace": 0, "remove": 1, "add": 2, "update": 3}
+    order = {"replace": 0, "remove": 1, "add": 2, "update": 3, "engine": 4}
     return sorted(changes, key=lambda c: (order[c.kind], c.type, c.name))
 
 
@@ -176,13 +188,16 @@ def _shown_change(before: Any, after: Any) -> str:
 
 
 def _change_lines(change: Change) -> list[str]:
-    label = {"add": "+ create", "remove": "- delete", "replace": "+- replace", "update": "~ update"}[change.kind]
+    label = {"add": "+ create", "remove": "- delete", "replace": "+- replace", "update": "~ update",
+             "engine": "~ engine only"}[change.kind]
     how = ""
     if change.kind == "replace":
         how = " (delete first, then create)" if change.delete_first else " (create first, then delete)"
         if change.retained:
             how = " (create the new one; the old one stays in the cloud: retainOnDelete)"
     lines = [f"- **{label}** `{change.type}` `{change.name}`{how}"]
+    if change.kind == "engine":
+        lines[0] += " (no cloud change: options or dependencies, which order replacements and destroy)"
     if change.kind == "update" and not force_new.known(change.type):
         lines[0] += " (provider not in tools/force_new.py: could also be a replacement)"
     for path, before, after, why in change.fields:
@@ -229,14 +244,16 @@ def stack_report(stack: str, base: Rendered, head: Rendered) -> tuple[list[str],
         lines += [f"_The base has no plan for this stack ({(base.error or '').splitlines()[-1:]}); "
                   "everything shows as added._", ""]
     changes = resource_changes((base.plan or {}).get("resources", []), head.plan["resources"])
-    counts = {k: sum(c.kind == k for c in changes) for k in ("replace", "update", "add", "remove")}
+    counts = {k: sum(c.kind == k for c in changes) for k in ("replace", "update", "add", "remove", "engine")}
     manifests = manifest_diff(base.manifests, head.manifests, stack)
     outputs = changed_paths((base.plan or {}).get("outputs", {}), head.plan.get("outputs", {}))
     if not changes and not manifests and not outputs:
         return lines + ["No changes.", ""], False
     lines.append(
         f"**{counts['replace']} to replace, {counts['update']} to update, {counts['add']} to create, "
-        f"{counts['remove']} to delete**"
+        f"{counts['remove']} to delete**" + (
+            f"; {counts['engine']} with new options or dependencies only (no cloud change)"
+            if counts["engine"] else "")
     )
     lines.append("")
     for change in changes:
