@@ -12,9 +12,9 @@ from pathlib import Path
 # the same module tools/policy_check.py imports.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pulumi_policy import PolicyPack  # noqa: E402
+from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
 
 from policy.rules import PACK_NAME, POLICIES, show_secrets_as_the_plan_does  # noqa: E402
 
 show_secrets_as_the_plan_does()
-PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=POLICIES[0].enforcement_level)
+PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=EnforcementLevel.MANDATORY)
