@@ -10,10 +10,11 @@ import pulumi_kubernetes as k8s
 
 from components import preflight
 from components.guards import BucketIdentity, DeletionProtection
-from components.schema import config
+from components.schema import config, names
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.cluster.node_identity import NodeIdentity, NodeIdentityArgs
 from components.ray.grpo_job import GrpoJob, GrpoJobArgs
 from components.schema.run import checkpoint_uri
 from components.facts.hardware import NodeNetworking
@@ -21,6 +22,12 @@ from components.facts.layout import HF_SECRET_NAME
 from components.storage.model_staging import ModelStaging, ModelStagingArgs
 from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
 from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
+from components.network.primary_network import (
+    PODS_RANGE,
+    SERVICES_RANGE,
+    PrimaryNetwork,
+    PrimaryNetworkArgs,
+)
 from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
 from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
 
@@ -47,6 +54,23 @@ if not dranet:
         ),
     )
 
+# Every node runs as the stack's own least-privilege account, in the stack's own network (or the
+# user's), never as the Compute Engine default account on the `default` VPC.
+nodes_identity = NodeIdentity(
+    "node-identity",
+    NodeIdentityArgs(
+        project=cfg.project,
+        account_id=names.node_service_account_id(cfg.cluster),
+        cluster_name=cfg.cluster,
+    ),
+)
+primary = None
+if not cfg.network:
+    primary = PrimaryNetwork(
+        "primary-network",
+        PrimaryNetworkArgs(project=cfg.project, region=cfg.region, cluster_name=cfg.cluster),
+    )
+
 gke = GkeCluster(
     "gke",
     GkeClusterArgs(
@@ -59,7 +83,15 @@ gke = GkeCluster(
         exclusion_start=cfg.exclusion_start,
         ray_addon=not dranet,
         dra_beta_apis=dranet,
+        network=primary.network if primary else cfg.network,
+        subnetwork=primary.subnetwork if primary else cfg.subnetwork,
+        secondary_ranges=(PODS_RANGE, SERVICES_RANGE) if primary else None,
+        node_service_account=nodes_identity.email,
+        labels=cfg.resource_labels,
+        control_plane_cidrs=tuple(cfg.control_plane_cidrs),
     ),
+    # The nodes' roles are granted before any node starts (logging, image pulls).
+    opts=pulumi.ResourceOptions(depends_on=[nodes_identity]),
 )
 in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
 
@@ -79,6 +111,8 @@ if not cfg.autopilot:
                 capacity=cfg.provisioning,
                 reservation=cfg.reservation,
                 placement_policy=cfg.placement_policy,
+                service_account=nodes_identity.email,
+                labels=cfg.resource_labels,
                 node_networks=networks.node_networks if networks else [],
             ),
         )
@@ -115,7 +149,7 @@ storage = GcsFuseStorage(
         hf_token=pulumi.Output.secret(cfg.hf_token.get_secret_value()) if cfg.hf_token else None,
         arch=hw.arch,
         delete_bucket_on_destroy=cfg.delete_bucket_on_destroy,
-        labels=cfg.labels,
+        labels=cfg.resource_labels,
         adopt=found.bucket is not None,
         bucket_guard=bucket_identity,
     ),
@@ -187,7 +221,7 @@ DeletionProtection(
     resources=[
         r
         for r in (
-            bucket_identity, networks, gke, *ray_prerequisites, *namespace_deps, installer,
+            bucket_identity, nodes_identity, primary, networks, gke, *ray_prerequisites, *namespace_deps, installer,
             storage, staging, dra, ray, job,
         )
         if r is not None
