@@ -200,7 +200,10 @@ def _common(args: GkeClusterArgs) -> dict:
         # Private nodes: no external addresses; they leave through the network's Cloud NAT.
         # The control plane keeps its public endpoint (for `pulumi up` and kubectl), limited to
         # `control_plane_cidrs` when given. GKE >= 1.29 runs the control plane's private side
-        # over Private Service Connect, so no master CIDR block is needed.
+        # over Private Service Connect, so no master CIDR block is needed. The API now prefers
+        # NetworkConfig.defaultEnablePrivateNodes (container.v1 PrivateClusterConfig:
+        # "Deprecated: Use NetworkConfig.default_enable_private_nodes"); pulumi-gcp 10.2 has no
+        # such cluster argument, and the API still honours this one.
         private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
             enable_private_nodes=True, enable_private_endpoint=False
         ),
