@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STACK ?= a4
 MODE ?=
 
-.PHONY: venv plan plan-all test bench clean
+.PHONY: venv plan plan-all critical-path test bench clean
 
 venv: $(VENV)/.installed
 
@@ -22,6 +22,10 @@ plan: venv
 plan-all: venv
 	for s in a4 a3u a4x; do $(PY) -m tools.plan --stack $$s --quiet || exit 1; done
 	for s in a4 a3u; do $(PY) -m tools.plan --stack $$s --mode autopilot --quiet || exit 1; done
+
+## The longest chain of waits of `pulumi up` to the first training step, with an estimate.
+critical-path: venv
+	$(PY) -m tools.critical_path --stack $(STACK) $(if $(MODE),--mode $(MODE),)
 
 ## Run the whole test suite (CI calls this through .ci/run).
 test: venv

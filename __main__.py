@@ -71,6 +71,10 @@ if not cfg.network:
         PrimaryNetworkArgs(project=cfg.project, region=cfg.region, cluster_name=cfg.cluster),
     )
 
+# The nodes' roles are granted, and their way out exists, before any node starts (logging,
+# image pulls); the control plane is created meanwhile.
+node_prerequisites = (nodes_identity, *([primary] if primary else []))
+
 gke = GkeCluster(
     "gke",
     GkeClusterArgs(
@@ -89,9 +93,8 @@ gke = GkeCluster(
         node_service_account=nodes_identity.email,
         labels=cfg.resource_labels,
         control_plane_cidrs=tuple(cfg.control_plane_cidrs),
+        node_prerequisites=node_prerequisites,
     ),
-    # The nodes' roles are granted before any node starts (logging, image pulls).
-    opts=pulumi.ResourceOptions(depends_on=[nodes_identity]),
 )
 in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
 
@@ -115,6 +118,7 @@ if not cfg.autopilot:
                 labels=cfg.resource_labels,
                 node_networks=networks.node_networks if networks else [],
             ),
+            opts=pulumi.ResourceOptions(depends_on=list(node_prerequisites)),
         )
     )
 if networks:
@@ -174,7 +178,9 @@ if dranet:
     dra = NvidiaDraDriver(
         "dra",
         NvidiaDraDriverArgs(profile=hw, nodes=cfg.nodes, workload_namespace=cfg.namespace),
-        opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=ray_prerequisites)),
+        # Installed while the GPU nodes are created: its kubelet plugin DaemonSet starts on
+        # them when they join, and nothing in the chart waits for a GPU node.
+        opts=in_namespace,
     )
 
 ray = VerlRayCluster(
@@ -192,10 +198,9 @@ ray = VerlRayCluster(
         rdma_claim_template=dra.rdma_claim_template if dra else None,
         compute_domain_claim_template=dra.compute_domain_claim_template if dra else None,
         operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
+        pod_prerequisites=[*ray_prerequisites, installer],
     ),
-    opts=pulumi.ResourceOptions.merge(
-        in_namespace, pulumi.ResourceOptions(depends_on=[*ray_prerequisites, installer])
-    ),
+    opts=in_namespace,
 )
 
 # The final resource: the training run, once the RayCluster is ready and the bucket is filled.

@@ -69,6 +69,9 @@ class GkeClusterArgs:
     labels: dict[str, str] = field(default_factory=dict)
     # CIDR ranges that may reach the control plane; empty: any (credentials still required).
     control_plane_cidrs: tuple[str, ...] = ()
+    # What nodes need before they start (the node account's roles, the network's NAT): the
+    # system pool and everything in the cluster wait for them, the control plane does not.
+    node_prerequisites: tuple[pulumi.Resource, ...] = ()
 
 
 class GkeCluster(pulumi.ComponentResource):
@@ -103,7 +106,12 @@ class GkeCluster(pulumi.ComponentResource):
                 protect=args.deletion_protection,
             ),
         )
-        self.system_pool = None if args.autopilot else _system_pool(name, args, self.cluster, child)
+        node_opts = pulumi.ResourceOptions.merge(
+            child, pulumi.ResourceOptions(depends_on=list(args.node_prerequisites))
+        )
+        self.system_pool = (
+            None if args.autopilot else _system_pool(name, args, self.cluster, node_opts)
+        )
 
         self.name = self.cluster.name
         self.location = self.cluster.location
@@ -122,7 +130,10 @@ class GkeCluster(pulumi.ComponentResource):
             k8s.ProviderArgs(kubeconfig=self.kubeconfig, enable_server_side_apply=True),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[] if args.autopilot else [self.system_pool],
+                depends_on=[
+                    *args.node_prerequisites,
+                    *([] if args.autopilot else [self.system_pool]),
+                ],
             ),
         )
         self.register_outputs(

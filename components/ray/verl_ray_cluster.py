@@ -99,6 +99,9 @@ class VerlRayClusterArgs:
         ComputeDomain's IMEX channel.
     operator: default GKE_ADDON; HELM installs the pinned namespace-scoped KubeRay operator.
     image: default `pins.VERL_IMAGES[profile.arch]`; a tag or digest, never a floating tag.
+    pod_prerequisites: what must exist before Ray pods can run (the GPU pool, the network
+        objects, the NCCL installer). Only the RayCluster waits for them: the operator and the
+        NetworkPolicy are installed while the GPU nodes are still being created.
     """
 
     profile: HardwareProfile
@@ -113,6 +116,7 @@ class VerlRayClusterArgs:
     compute_domain_claim_template: pulumi.Input[str] | None = None
     operator: RayOperator = RayOperator.GKE_ADDON
     image: str | None = None
+    pod_prerequisites: Sequence[pulumi.Resource] = ()
 
     def __post_init__(self) -> None:
         if self.mode in tuple(ClusterMode):
@@ -493,7 +497,12 @@ class VerlRayCluster(pulumi.ComponentResource):
             else None
         )
         cluster_opts = child_options(
-            self, opts, depends_on=[self.operator_release] if self.operator_release else []
+            self,
+            opts,
+            depends_on=[
+                *args.pod_prerequisites,
+                *([self.operator_release] if self.operator_release else []),
+            ],
         )
         rendered = render_ray_cluster(args)
         self.ray_cluster = k8s.apiextensions.CustomResource(

@@ -107,12 +107,15 @@ class GcsFuseStorage(pulumi.ComponentResource):
             opts=child,
         )
         project_number = gcp.organizations.get_project_output(project_id=args.project).number
-        gcp.storage.BucketIAMMember(
+        grant = gcp.storage.BucketIAMMember(
             f"{name}-object-user",
             gcp.storage.BucketIAMMemberArgs(
                 bucket=self.bucket.name,
                 role="roles/storage.objectUser",
-                member=pulumi.Output.all(project_number, account.metadata.namespace).apply(
+                # The principal names the KSA; IAM does not need it to exist, so the grant is made
+                # while the cluster is still being created (not after it, which would put IAM's
+                # propagation on the critical path of `pulumi up`).
+                member=pulumi.Output.all(project_number, args.namespace).apply(
                     lambda v: workload_principal(v[0], args.project, v[1], args.service_account)
                 ),
             ),
@@ -129,7 +132,12 @@ class GcsFuseStorage(pulumi.ComponentResource):
             )
             # Consumers take the name from the Secret, so they wait for it and go before it.
             self.hf_secret_name = hf_secret.metadata.name
-        volume = self._persistent_volume(name, args, self.bucket.name, child)
+        # Whatever mounts the claim reads and writes the bucket as the KSA: the volume (and so
+        # the claim and every pod) waits for the grant, not only for the bucket.
+        volume = self._persistent_volume(
+            name, args, self.bucket.name,
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[grant])),
+        )
         claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=PVC_NAME, namespace=args.namespace),
