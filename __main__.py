@@ -22,6 +22,8 @@ from components.facts.layout import HF_SECRET_NAME
 from components.storage.model_staging import ModelStaging, ModelStagingArgs
 from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
 from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
+from components.facts import pins
+from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
 from components.network.primary_network import (
     PODS_RANGE,
     SERVICES_RANGE,
@@ -98,6 +100,17 @@ gke = GkeCluster(
 )
 in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
 
+# Every pod pulls the verl and staging images through the region's cache of Docker Hub.
+images = ImageMirror(
+    "images",
+    ImageMirrorArgs(
+        project=cfg.project,
+        region=cfg.region,
+        repository_id=names.mirror_repository_id(cfg.cluster),
+        labels=cfg.resource_labels,
+    ),
+)
+
 # What must exist before GPU pods can be scheduled: the GPU pool and the network objects.
 ray_prerequisites: list[pulumi.Resource] = []
 if not cfg.autopilot:
@@ -169,8 +182,9 @@ staging = ModelStaging(
         pvc_name=storage.pvc_name,
         hf_secret_name=storage.hf_secret_name or HF_SECRET_NAME,
         node_selector=system_nodes,
+        image=images.ref(pins.STAGING_IMAGE),
     ),
-    opts=in_namespace,
+    opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=[images])),
 )
 
 dra = None
@@ -198,7 +212,8 @@ ray = VerlRayCluster(
         rdma_claim_template=dra.rdma_claim_template if dra else None,
         compute_domain_claim_template=dra.compute_domain_claim_template if dra else None,
         operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
-        pod_prerequisites=[*ray_prerequisites, installer],
+        image=images.ref(pins.VERL_IMAGES[hw.arch]),
+        pod_prerequisites=[*ray_prerequisites, installer, images],
     ),
     opts=in_namespace,
 )
@@ -226,7 +241,7 @@ DeletionProtection(
     resources=[
         r
         for r in (
-            bucket_identity, nodes_identity, primary, networks, gke, *ray_prerequisites, *namespace_deps, installer,
+            bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites, *namespace_deps, installer,
             storage, staging, dra, ray, job,
         )
         if r is not None

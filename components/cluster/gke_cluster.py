@@ -373,8 +373,13 @@ def _system_pool(
                 disk_size_gb=SYSTEM_DISK_GB,
                 service_account=args.node_service_account,
                 oauth_scopes=OAUTH_SCOPES,
+                # Image streaming needs Container-Optimized OS with containerd (GKE image-streaming
+                # requirements); stated rather than left to GKE's default image type.
+                image_type="COS_CONTAINERD",
                 resource_labels=args.labels or None,
                 gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+                # The staging Job and the Ray head start the ~25 GB verl image here too.
+                gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
                 workload_metadata_config=(
                     gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
                 ),

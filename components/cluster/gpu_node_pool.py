@@ -165,6 +165,9 @@ def _node_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNodeConfigArgs:
         disk_type=hw.boot_disk_type,
         service_account=args.service_account,
         oauth_scopes=OAUTH_SCOPES,
+        # Image streaming needs Container-Optimized OS with containerd (GKE image-streaming
+        # requirements); stated rather than left to GKE's default image type.
+        image_type="COS_CONTAINERD",
         resource_labels=args.labels or None,
         guest_accelerators=[
             gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(

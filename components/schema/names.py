@@ -144,6 +144,12 @@ def nat_name(cluster: str) -> str:
     return f"{cluster}-nat"
 
 
+# Artifact Registry repository ids: "up to 63 characters, lowercase letters, numbers, and
+# hyphens, starting with a letter" (artifactregistry.v1 Repository name rules).
+def mirror_repository_id(cluster: str) -> str:
+    return f"{cluster}-dockerhub"
+
+
 # IAM service account ids: "6-30 characters ... [a-z]([-a-z0-9]*[a-z0-9])" (iam.v1
 # CreateServiceAccountRequest.accountId).
 SERVICE_ACCOUNT_ID_MAX = 30
