@@ -9,21 +9,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import preflight
-from components.guards import BucketIdentity, DeletionProtection
-from components.schema import config, names
-from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from components.cluster.node_identity import NodeIdentity, NodeIdentityArgs
-from components.ray.grpo_job import GrpoJob, GrpoJobArgs
-from components.schema.run import checkpoint_uri
-from components.facts.hardware import NodeNetworking
-from components.facts.layout import HF_SECRET_NAME
-from components.storage.model_staging import ModelStaging, ModelStagingArgs
 from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
+from components.cluster.node_identity import NodeIdentity, NodeIdentityArgs
 from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.facts import pins
-from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
+from components.facts.hardware import NodeNetworking
+from components.facts.layout import HF_SECRET_NAME
+from components.guards import BucketIdentity, DeletionProtection
 from components.network.primary_network import (
     PODS_RANGE,
     SERVICES_RANGE,
@@ -31,7 +25,13 @@ from components.network.primary_network import (
     PrimaryNetworkArgs,
 )
 from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.ray.grpo_job import GrpoJob, GrpoJobArgs
 from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
+from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
+from components.schema import config, names
+from components.schema.run import checkpoint_uri
+from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
+from components.storage.model_staging import ModelStaging, ModelStagingArgs
 
 cfg = config.from_pulumi()
 hw = cfg.hardware
