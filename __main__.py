@@ -20,6 +20,11 @@ from components.storage.model_staging import ModelStaging, ModelStagingArgs
 from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
 from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.observability.scope import Scope
+from components.observability.training_observability import (
+    TrainingObservability,
+    TrainingObservabilityArgs,
+)
 from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
 
 cfg = config.from_pulumi()
@@ -168,6 +173,20 @@ job = GrpoJob(
     opts=pulumi.ResourceOptions(depends_on=[staging]),
 )
 
+# Log-based training metrics, the training dashboard and the alerts (Cloud Logging/Monitoring).
+observability = TrainingObservability(
+    "observability",
+    TrainingObservabilityArgs(
+        scope=Scope(
+            project=cfg.project, region=cfg.region, cluster_name=cfg.cluster_name,
+            namespace=cfg.namespace,
+        ),
+        target=hw.target.value,
+        notification_channel=cfg.alert_notification_channel,
+        no_step_minutes=cfg.no_step_alert_minutes,
+    ),
+)
+
 pulumi.export("clusterName", gke.name)
 pulumi.export("clusterLocation", gke.location)
 pulumi.export("clusterEndpoint", gke.endpoint)
@@ -194,6 +213,14 @@ pulumi.export(
         "headService": ray.head_service,
         "dashboardPort": ray.dashboard_port,
         "workerReplicas": ray.worker_replicas,
+        "namespace": cfg.namespace,
+        # kubectl port-forward listens on localhost only: the dashboard stays off the network.
+        "dashboardCommand": pulumi.Output.concat(
+            "gcloud container clusters get-credentials ", gke.name, " --location ", gke.location,
+            f" --project {cfg.project} && kubectl --namespace {cfg.namespace} port-forward svc/",
+            ray.head_service, f" {ray.dashboard_port}:{ray.dashboard_port}",
+            f"  # then open http://127.0.0.1:{ray.dashboard_port}",
+        ),
     },
 )
 pulumi.export(
@@ -227,5 +254,7 @@ pulumi.export(
             "https://console.cloud.google.com/monitoring/dashboards/integration/"
             f"gke.nvidia-dcgm?project={cfg.project}"
         ),
+        "trainingDashboard": observability.dashboard_url,
+        "jobLogs": observability.logs_url,
     },
 )

@@ -27,6 +27,7 @@ from pydantic.alias_generators import to_camel
 
 from components.schema.choices import ClusterMode
 from components.schema.choices import Capacity
+from components.schema.observability import observability_problems
 from components.schema.run import GrpoRunConfig, run_problems
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
 from components.schema.staging import StagingConfig, model_path, staging_problems
@@ -114,6 +115,12 @@ class StackConfig(BaseModel):
     )
     job: GrpoRunConfig = Field(default_factory=GrpoRunConfig, description="The GRPO run.")
     staging: StagingConfig = Field(default_factory=StagingConfig, description="Model staging.")
+    alert_notification_channel: str | None = Field(
+        None, description="Notification channel of every alert; default: none."
+    )
+    no_step_alert_minutes: int = Field(
+        60, description="Minutes without a new training step before the no-step alert fires."
+    )
 
     # Derived facts, so that no component recomputes them.
     @property
@@ -256,6 +263,7 @@ _FIXES = {
     "deletionProtection": "use true or false",
     "deleteBucketOnDestroy": "use true or false",
     "maintenanceExclusionStart": "use an RFC 3339 time such as 2026-12-01T00:00:00Z",
+    "noStepAlertMinutes": "use a whole number of minutes, 2 to 1440",
 }
 
 
@@ -339,4 +347,5 @@ def cross_field_problems(config: StackConfig) -> list[str]:
     if not nodes_problem:  # the run's checks divide by the GPU count
         problems += run_problems(config.run, hw, config.nodes)
     problems += staging_problems(config.staging)
+    problems += observability_problems(config)
     return problems
