@@ -216,3 +216,34 @@ def test_logs_url_opens_logs_explorer_on_the_shippers_entries():
     query = urllib.parse.unquote(url.split(";query=", 1)[1].rsplit("?project=", 1)[0])
     assert query.splitlines() == SCOPE.shipper_entries()
     assert url.endswith("?project=example-project")
+
+
+_TERRAFORM_ONLY = {"project"}  # provider arguments that are not fields of the API body
+
+
+def _api_body(inputs: dict) -> dict:
+    return {k: v for k, v in inputs.items() if k not in _TERRAFORM_ONLY}
+
+
+def test_log_metrics_and_alerts_are_valid_api_bodies(program):
+    """The log-based metrics validate as logging v2 LogMetric bodies and the alerts as
+    monitoring v3 AlertPolicy bodies (same field names; unknown fields and enum typos refused)."""
+    _, _, _, recording = program
+    log_metric = jsonschema.Draft7Validator(api_schemas.as_json_schema("logging.v2", "LogMetric"))
+    alert = jsonschema.Draft7Validator(api_schemas.as_json_schema("monitoring.v3", "AlertPolicy"))
+    for metric in recording.of_type(LOG_METRIC):
+        log_metric.validate(_api_body(metric.plain_inputs))
+    for policy in recording.of_type(ALERT):
+        alert.validate(_api_body(policy.plain_inputs))
+    broken = _api_body(recording.of_type(ALERT)[0].plain_inputs)
+    broken["combiner"] = "EITHER"
+    with pytest.raises(jsonschema.ValidationError):
+        alert.validate(broken)
+
+
+def test_promql_alert_can_be_created_before_its_metrics_exist():
+    """The GPU-idle condition disables metric-existence validation: DCGM and Ray series do
+    not exist yet when a first `pulumi up` creates the alert."""
+    _, recording = rendered("a4x", "standard")
+    condition = _alerts(recording)["gpus-idle"]["conditions"][0]["conditionPrometheusQueryLanguage"]
+    assert condition["disableMetricValidation"] is True

@@ -193,6 +193,11 @@ def _alerts(
                         query=gpus_idle_query(scope),
                         duration=f"{IDLE_GPU_MINUTES * 60}s",
                         evaluation_interval="60s",
+                        # Cloud Monitoring refuses a PromQL condition on metrics that do not
+                        # exist yet unless told not to check (pulumi-gcp 10.2 docstring of
+                        # disable_metric_validation); on a first `pulumi up` no GPU node or
+                        # Ray pod has reported DCGM or Ray metrics when the alert is created.
+                        disable_metric_validation=True,
                     )
                 ),
             ),
