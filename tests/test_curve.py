@@ -20,7 +20,6 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.local_ray import local_ray
 from tools import curve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,21 +33,21 @@ TRAINER = (
 
 
 @pytest.fixture(scope="module")
-def ray_job(tmp_path_factory):
+def ray_job(shared_ray_head):
     """A local Ray head with one finished verl-format job; yields (head, its driver log)."""
-    with local_ray(tmp_path_factory.mktemp("ray")) as head:
-        requests.post(
-            f"{head.dashboard_url}/api/jobs/",
-            json={"entrypoint": TRAINER, "submission_id": SUBMISSION_ID}, timeout=10,
-        ).raise_for_status()
-        for _ in range(240):
-            status = requests.get(f"{head.dashboard_url}/api/jobs/{SUBMISSION_ID}", timeout=10).json()["status"]
-            if status in ("SUCCEEDED", "FAILED"):
-                break
-            time.sleep(0.25)
-        assert status == "SUCCEEDED"
-        log = head.temp_dir / "session_latest" / "logs" / f"job-driver-{SUBMISSION_ID}.log"
-        yield head, log
+    head = shared_ray_head
+    requests.post(
+        f"{head.dashboard_url}/api/jobs/",
+        json={"entrypoint": TRAINER, "submission_id": SUBMISSION_ID}, timeout=10,
+    ).raise_for_status()
+    for _ in range(240):
+        status = requests.get(f"{head.dashboard_url}/api/jobs/{SUBMISSION_ID}", timeout=10).json()["status"]
+        if status in ("SUCCEEDED", "FAILED"):
+            break
+        time.sleep(0.25)
+    assert status == "SUCCEEDED"
+    log = head.temp_dir / "session_latest" / "logs" / f"job-driver-{SUBMISSION_ID}.log"
+    yield head, log
 
 
 def run_curve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

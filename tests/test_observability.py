@@ -247,3 +247,11 @@ def test_promql_alert_can_be_created_before_its_metrics_exist():
     _, recording = rendered("a4x", "standard")
     condition = _alerts(recording)["gpus-idle"]["conditions"][0]["conditionPrometheusQueryLanguage"]
     assert condition["disableMetricValidation"] is True
+
+
+def test_metric_names_fit_the_100_character_limit_for_any_valid_config():
+    """The longest region and a 40-character cluster name (config.py's maximum) still give
+    log metric ids within Cloud Logging's 100 characters."""
+    longest = Scope("a" * 30, "northamerica-northeast1", "c" * 40, "n" * 63)
+    for metric in log_metrics():
+        assert len(longest.metric_name(metric)) <= 100, metric.key

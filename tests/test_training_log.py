@@ -24,7 +24,6 @@ from components.observability import log_metrics, log_shipper, training_log
 from components.observability.scope import Scope
 from components.observability.training_log import Kind
 from components.ray.grpo_job import last_metrics
-from tests.local_ray import local_ray
 
 TRAINER = f"{sys.executable} {Path(__file__).parent / 'fakes' / 'verl_trainer.py'}"
 GOOD, FAILED = "verl-gke-test-grpo-good", "verl-gke-test-grpo-failed"
@@ -61,32 +60,32 @@ def wait_terminal(url: str, submission_id: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory):
+def shipped(tmp_path_factory, shared_ray_head):
     """(lines the shipper printed, the Ray logs dir), after a good and a failing job."""
     tmp = tmp_path_factory.mktemp("ship")
-    with local_ray(tmp / "ray") as head:
-        logs = head.temp_dir / "session_latest" / "logs"
-        shipper = start_shipper(logs, tmp / "shipped.txt")
-        try:
-            jobs = {
-                GOOD: f"{TRAINER} --steps {GOOD_STEPS} --sleep 0.1 --all-metrics "
-                f"--nan-reward-at {NAN_STEP}",
-                FAILED: f"{TRAINER} --steps {FAILED_STEPS} --sleep 0.1 --all-metrics --fail",
-            }
-            for submission_id, command in jobs.items():
-                requests.post(
-                    f"{head.dashboard_url}/api/jobs/",
-                    json={"entrypoint": command, "submission_id": submission_id}, timeout=10,
-                ).raise_for_status()
-            assert wait_terminal(head.dashboard_url, GOOD) == "SUCCEEDED"
-            assert wait_terminal(head.dashboard_url, FAILED) == "FAILED"
-            time.sleep(2)  # the supervisor writes its last line after the status; scans follow
-        finally:
-            stop(shipper)
-        lines = (tmp / "shipped.txt").read_text().splitlines()
-        copy = tmp / "logs"
-        subprocess.run(["cp", "-r", str(logs), str(copy)], check=True)
-        yield lines, copy
+    head = shared_ray_head
+    logs = head.temp_dir / "session_latest" / "logs"
+    shipper = start_shipper(logs, tmp / "shipped.txt")
+    try:
+        jobs = {
+            GOOD: f"{TRAINER} --steps {GOOD_STEPS} --sleep 0.1 --all-metrics "
+            f"--nan-reward-at {NAN_STEP}",
+            FAILED: f"{TRAINER} --steps {FAILED_STEPS} --sleep 0.1 --all-metrics --fail",
+        }
+        for submission_id, command in jobs.items():
+            requests.post(
+                f"{head.dashboard_url}/api/jobs/",
+                json={"entrypoint": command, "submission_id": submission_id}, timeout=10,
+            ).raise_for_status()
+        assert wait_terminal(head.dashboard_url, GOOD) == "SUCCEEDED"
+        assert wait_terminal(head.dashboard_url, FAILED) == "FAILED"
+        time.sleep(2)  # the supervisor writes its last line after the status; scans follow
+    finally:
+        stop(shipper)
+    lines = (tmp / "shipped.txt").read_text().splitlines()
+    copy = tmp / "logs"
+    subprocess.run(["cp", "-r", str(logs), str(copy)], check=True)
+    yield lines, copy
 
 
 def matching(lines: list[str], metric: training_log.LogMetric) -> list[str]:
@@ -95,10 +94,13 @@ def matching(lines: list[str], metric: training_log.LogMetric) -> list[str]:
 
 def test_shipper_prints_every_job_log_line_once_tagged_with_its_file(shipped):
     """Each line of each job's driver and supervisor log is printed once, in order, behind
-    `[<file stem>] `; nothing else is printed."""
+    `[<file stem>] `; nothing else is printed (files of jobs that ran before the shipper
+    started, on this shared head, are not shipped again)."""
     lines, logs = shipped
     expected = []
-    for path in sorted(logs.glob("job-driver-*.log")) + sorted(logs.glob("jobs/supervisor-*.log")):
+    files = [logs / f"job-driver-{run}.log" for run in (GOOD, FAILED)]
+    files += [logs / "jobs" / f"supervisor-{run}.log" for run in (GOOD, FAILED)]
+    for path in files:
         tag = path.name[: -len(".log")]
         file_lines = path.read_text().splitlines()
         assert file_lines, path
