@@ -91,8 +91,12 @@ class TrainingObservability(pulumi.ComponentResource):
 
 
 def dashboard_url(project: str, dashboard_id: str) -> str:
-    """The console page of a custom dashboard; the resource id is
-    projects/<number>/dashboards/<id> (pulumi-gcp monitoring.Dashboard import format)."""
+    """The console page of a custom dashboard.
+
+    The provider's id is `projects/<number>/dashboards/<id>` (pulumi-gcp monitoring.Dashboard
+    import format); Terraform users link `.../monitoring/dashboards/custom/<id>?project=<p>`
+    (the console also serves the same id under `dashboards/builder/`).
+    """
     short = dashboard_id.rsplit("/", 1)[-1]
     return f"https://console.cloud.google.com/monitoring/dashboards/custom/{short}?project={project}"
 
@@ -100,8 +104,9 @@ def dashboard_url(project: str, dashboard_id: str) -> str:
 def logs_url(scope: Scope) -> str:
     """Logs Explorer with the job's log lines (the shipper's entries of this namespace).
 
-    The query goes in the `;query=` matrix parameter, URL-encoded (Logs Explorer's shareable
-    link format, cloud.google.com/logging/docs/view/building-queries#share-link).
+    The query goes in the `;query=` matrix parameter, URL-encoded, the project in `?project=`:
+    the format of Logs Explorer's shared links (as vvakame/gcplogurl builds them:
+    `https://console.cloud.google.com/logs/query;query=trace%3D%22...%22?project=...`).
     """
     query = "\n".join(scope.shipper_entries())
     return (
