@@ -12,7 +12,7 @@ checks each reference against this list):
 - Ray's system metrics, scraped from every Ray pod's port 8080 (GKE Ray add-on monitoring on
   A4, A3 Ultra; the PodMonitoring of VerlRayCluster on A4X): ray_cluster_active_nodes,
   ray_node_cpu_utilization, ray_node_mem_used, ray_object_store_memory, ray_tasks
-  (docs.ray.io "System Metrics"; each seen on a Ray 2.60 head's /metrics here).
+  (docs.ray.io "System Metrics"; tests/test_ray_metrics.py scrapes them from a real Ray 2.60 head).
 Managed Prometheus adds `cluster`, `location` and `namespace` to every series (its
 `prometheus_target` monitored resource), which is how the queries stay inside this stack.
 """
