@@ -8,10 +8,13 @@ under Pulumi's mock runtime.
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.schema import config
+from components import preflight
+from components.guards import BucketIdentity, DeletionProtection
+from components.schema import config, names
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.cluster.node_identity import NodeIdentity, NodeIdentityArgs
 from components.ray.grpo_job import GrpoJob, GrpoJobArgs
 from components.schema.run import checkpoint_uri
 from components.facts.hardware import NodeNetworking
@@ -19,6 +22,12 @@ from components.facts.layout import HF_SECRET_NAME
 from components.storage.model_staging import ModelStaging, ModelStagingArgs
 from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
 from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
+from components.network.primary_network import (
+    PODS_RANGE,
+    SERVICES_RANGE,
+    PrimaryNetwork,
+    PrimaryNetworkArgs,
+)
 from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
 from components.observability.scope import Scope
 from components.observability.training_observability import (
@@ -30,6 +39,11 @@ from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRay
 cfg = config.from_pulumi()
 hw = cfg.hardware
 dranet = hw.networking is NodeNetworking.DRANET
+# Invokes against the live project (they run at preview too); nothing exists yet if they fail.
+found = preflight.run(cfg)
+
+# Registered first: a renamed or moved bucket stops the update before anything is touched.
+bucket_identity = BucketIdentity("bucket-identity", cfg.bucket, cfg.region.upper(), cfg.project)
 
 networks = None
 if not dranet:
@@ -45,19 +59,44 @@ if not dranet:
         ),
     )
 
+# Every node runs as the stack's own least-privilege account, in the stack's own network (or the
+# user's), never as the Compute Engine default account on the `default` VPC.
+nodes_identity = NodeIdentity(
+    "node-identity",
+    NodeIdentityArgs(
+        project=cfg.project,
+        account_id=names.node_service_account_id(cfg.cluster),
+        cluster_name=cfg.cluster,
+    ),
+)
+primary = None
+if not cfg.network:
+    primary = PrimaryNetwork(
+        "primary-network",
+        PrimaryNetworkArgs(project=cfg.project, region=cfg.region, cluster_name=cfg.cluster),
+    )
+
 gke = GkeCluster(
     "gke",
     GkeClusterArgs(
         project=cfg.project,
         region=cfg.region,
-        cluster_name=cfg.cluster_name,
+        cluster_name=cfg.cluster,
         autopilot=cfg.autopilot,
-        min_version=config.MIN_GKE_VERSION,
+        version=found.gke_version,
         deletion_protection=cfg.deletion_protection,
         exclusion_start=cfg.exclusion_start,
         ray_addon=not dranet,
         dra_beta_apis=dranet,
+        network=primary.network if primary else cfg.network,
+        subnetwork=primary.subnetwork if primary else cfg.subnetwork,
+        secondary_ranges=(PODS_RANGE, SERVICES_RANGE) if primary else None,
+        node_service_account=nodes_identity.email,
+        labels=cfg.resource_labels,
+        control_plane_cidrs=tuple(cfg.control_plane_cidrs),
     ),
+    # The nodes' roles are granted before any node starts (logging, image pulls).
+    opts=pulumi.ResourceOptions(depends_on=[nodes_identity]),
 )
 in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
 
@@ -76,6 +115,9 @@ if not cfg.autopilot:
                 nodes=cfg.nodes,
                 capacity=cfg.provisioning,
                 reservation=cfg.reservation,
+                placement_policy=cfg.placement_policy,
+                service_account=nodes_identity.email,
+                labels=cfg.resource_labels,
                 node_networks=networks.node_networks if networks else [],
             ),
         )
@@ -112,6 +154,9 @@ storage = GcsFuseStorage(
         hf_token=pulumi.Output.secret(cfg.hf_token.get_secret_value()) if cfg.hf_token else None,
         arch=hw.arch,
         delete_bucket_on_destroy=cfg.delete_bucket_on_destroy,
+        labels=cfg.resource_labels,
+        adopt=found.bucket is not None,
+        bucket_guard=bucket_identity,
     ),
     opts=in_namespace,
 )
@@ -178,13 +223,29 @@ observability = TrainingObservability(
     "observability",
     TrainingObservabilityArgs(
         scope=Scope(
-            project=cfg.project, region=cfg.region, cluster_name=cfg.cluster_name,
+            project=cfg.project, region=cfg.region, cluster_name=cfg.cluster,
             namespace=cfg.namespace,
         ),
         target=hw.target.value,
         notification_channel=cfg.alert_notification_channel,
         no_step_minutes=cfg.no_step_alert_minutes,
+        labels=cfg.resource_labels,
     ),
+)
+
+# Deleted first by `pulumi destroy`, and protected while deletion protection is on: a destroy
+# fails before the job, the RayCluster or any node is touched (components/guards.py).
+DeletionProtection(
+    "deletion-protection",
+    protected=cfg.deletion_protection,
+    resources=[
+        r
+        for r in (
+            bucket_identity, nodes_identity, primary, networks, gke, *ray_prerequisites, *namespace_deps, installer,
+            storage, staging, dra, ray, job, observability,
+        )
+        if r is not None
+    ],
 )
 
 pulumi.export("clusterName", gke.name)

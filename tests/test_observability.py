@@ -28,6 +28,11 @@ LOG_METRIC = "gcp:logging/metric:Metric"
 DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
 ALERT = "gcp:monitoring/alertPolicy:AlertPolicy"
 SCOPE = Scope("example-project", "us-central1", "verl", "default")
+
+
+def scope_of(recording) -> Scope:
+    """The scope of a rendered stack: its cluster name is derived per stack (verl-<stack>)."""
+    return Scope("example-project", "us-central1", recording.outputs["clusterName"], "default")
 DASHBOARD_SCHEMA = api_schemas.as_json_schema("monitoring.v1", "Dashboard")
 
 
@@ -42,7 +47,7 @@ def test_every_stack_defines_the_log_metrics_dashboard_and_alerts(program):
     component = recording.one("verl-gke:index:TrainingObservability", "observability")
     metrics = recording.of_type(LOG_METRIC)
     assert {m.plain_inputs["name"] for m in metrics} == {
-        SCOPE.metric_name(m) for m in log_metrics()
+        scope_of(recording).metric_name(m) for m in log_metrics()
     }
     alerts = {a.name for a in recording.of_type(ALERT)}
     assert alerts == {f"observability-alert-{k}" for k in ("job-failed", "reward-nan", "no-step", "gpus-idle")}
@@ -126,12 +131,13 @@ def test_every_referenced_metric_is_defined_by_the_stack_or_documented(program):
 def test_queries_stay_inside_the_stacks_cluster_and_namespace(program):
     """Every PromQL selector names this cluster; workload ones also the namespace."""
     _, _, _, recording = program
+    cluster = recording.outputs["clusterName"]
     for tile in dashboard_body(recording)["mosaicLayout"]["tiles"]:
         for data_set in tile["widget"]["xyChart"]["dataSets"]:
             query = data_set["timeSeriesQuery"].get("prometheusQuery")
             if query:
                 for selector in re.findall(r"\{([^}]*)\}", query):
-                    assert 'cluster="verl"' in selector, query
+                    assert f'cluster="{cluster}"' in selector, query
                     if "ray_" in query:
                         assert 'namespace="default"' in selector, query
 
@@ -142,7 +148,7 @@ def test_log_metrics_are_distributions_with_extractors_or_plain_counters(program
     _, _, _, recording = program
     by_name = {m.plain_inputs["name"]: m.plain_inputs for m in recording.of_type(LOG_METRIC)}
     for spec in log_metrics():
-        inputs = by_name[SCOPE.metric_name(spec)]
+        inputs = by_name[scope_of(recording).metric_name(spec)]
         descriptor = inputs["metricDescriptor"]
         assert descriptor["metricKind"] == "DELTA"
         assert [l["key"] for l in descriptor["labels"]] == ["run"]
@@ -168,7 +174,7 @@ def test_alerts_default_to_no_channel_and_a_60_minute_no_step_window():
     assert all(not a.get("notificationChannels") for a in alerts.values())
     assert alerts["no-step"]["conditions"][0]["conditionAbsent"]["duration"] == "3600s"
     gpus_idle = alerts["gpus-idle"]["conditions"][0]["conditionPrometheusQueryLanguage"]
-    assert gpus_idle["query"] == gpus_idle_query(SCOPE)
+    assert gpus_idle["query"] == gpus_idle_query(scope_of(recording))
     assert 'Name="TaskRunner"' in gpus_idle["query"]
 
 
@@ -255,3 +261,11 @@ def test_metric_names_fit_the_100_character_limit_for_any_valid_config():
     longest = Scope("a" * 30, "northamerica-northeast1", "c" * 40, "n" * 63)
     for metric in log_metrics():
         assert len(longest.metric_name(metric)) <= 100, metric.key
+
+
+def test_alerts_carry_the_stacks_labels():
+    """Alert policies carry the stack, target and cluster labels every labelled resource has."""
+    _, recording = rendered("a4x", "standard")
+    for alert in _alerts(recording).values():
+        assert alert["userLabels"]["verl-gke-stack"] == "a4x"
+        assert alert["userLabels"]["verl-gke-cluster"] == "verl-a4x"

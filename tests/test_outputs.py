@@ -45,7 +45,7 @@ def test_new_outputs_point_at_the_dashboard_the_logs_and_the_ray_dashboard(progr
     assert "ray-log-shipper" in out["consoleUrls"]["jobLogs"]
     head = out["rayCluster"]["headService"]
     assert out["rayCluster"]["dashboardCommand"].startswith(
-        "gcloud container clusters get-credentials verl --location us-central1 "
+        f"gcloud container clusters get-credentials {out['clusterName']} --location us-central1 "
         "--project example-project && kubectl --namespace default port-forward "
         f"svc/{head} 8265:8265"
     )

@@ -328,7 +328,7 @@ def problems_of(target: Target, mode=ClusterMode.STANDARD, **changes) -> str:
 
 
 BAD_INPUT = [
-    (Target.A4, {"nodes": 0}, r"nodes = 0 is out of range for a4-highgpu-8g: use 1 to 10"),
+    (Target.A4, {"nodes": 0}, r"nodes = 0 is out of range for a4-highgpu-8g: use 1 to 252"),
     (Target.A4X, {"nodes": 19}, r"nodes = 19 .* use 1 to 18"),
     (Target.A4, {"mode": "serverless"}, r"mode = 'serverless' .* 'standard' or 'autopilot'"),
     (Target.A4X, {"mode": "autopilot"}, r"mode = 'autopilot' is not available for target a4x"),
@@ -358,7 +358,7 @@ def test_autopilot_rejects_a_head_node_selector():
 
 def test_all_problems_are_reported_together():
     """Several mistakes come back in one error, counted."""
-    message = problems_of(Target.A4, nodes=99, image="verlai/verl:latest", head_node_selector=None)
+    message = problems_of(Target.A4, nodes=999, image="verlai/verl:latest", head_node_selector=None)
     assert "3 problem(s)" in message
     assert "nodes = 99" in message and "floating tag" in message and "head_node_selector" in message
 

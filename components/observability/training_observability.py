@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_gcp as gcp
@@ -28,7 +29,7 @@ from components.observability import log_metrics
 from components.observability.dashboard import DCGM_METRICS
 from components.observability.scope import Scope
 from components.observability.training_log import Kind, LogMetric, log_metrics as all_metrics
-from components.options import child_options
+from components.options import child_options, fixed_name
 
 # GPU utilisation under this percentage, for this long, while verl's TaskRunner actor is alive,
 # means the run is stuck (an NCCL hang, a dead rollout worker), not slow.
@@ -42,12 +43,15 @@ class TrainingObservabilityArgs:
     target: the hardware target (a4, a3u, a4x), shown in the dashboard's title.
     notification_channel: `projects/<p>/notificationChannels/<id>` for every alert; None: none.
     no_step_minutes: how long without a new step line before the no-step alert fires (>= 2).
+    labels: the stack's resource labels, put on the alert policies (`user_labels`, the one
+        label field of the three resource types), so that incidents say which stack they are.
     """
 
     scope: Scope
     target: str
     notification_channel: str | None = None
     no_step_minutes: int = 60
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.no_step_minutes < 2:
@@ -71,8 +75,9 @@ class TrainingObservability(pulumi.ComponentResource):
         scope = args.scope
         child = child_options(self, opts)
         specs = {m.key: m for m in all_metrics()}
+        # A log-based metric is named by the program: one name, one metric (fixed_name).
         self.metrics = {
-            key: _log_metric(f"{name}-metric-{key.replace('_', '-')}", scope, spec, child)
+            key: _log_metric(f"{name}-metric-{key.replace('_', '-')}", scope, spec, fixed_name(child))
             for key, spec in specs.items()
         }
         after_metrics = child_options(self, opts, depends_on=list(self.metrics.values()))
@@ -218,6 +223,7 @@ def _alerts(
                 combiner="OR",
                 conditions=[condition],
                 notification_channels=channels,
+                user_labels=dict(args.labels) or None,
                 documentation=mon.AlertPolicyDocumentationArgs(content=text, mime_type="text/markdown"),
             ),
             opts=opts,
