@@ -25,6 +25,11 @@ from components.network.primary_network import (
     PrimaryNetworkArgs,
 )
 from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.observability.scope import Scope
+from components.observability.training_observability import (
+    TrainingObservability,
+    TrainingObservabilityArgs,
+)
 from components.ray.grpo_job import GrpoJob, GrpoJobArgs
 from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
 from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
@@ -233,6 +238,21 @@ job = GrpoJob(
     opts=pulumi.ResourceOptions(depends_on=[staging]),
 )
 
+# Log-based training metrics, the training dashboard and the alerts (Cloud Logging/Monitoring).
+observability = TrainingObservability(
+    "observability",
+    TrainingObservabilityArgs(
+        scope=Scope(
+            project=cfg.project, region=cfg.region, cluster_name=cfg.cluster,
+            namespace=cfg.namespace,
+        ),
+        target=hw.target.value,
+        notification_channel=cfg.alert_notification_channel,
+        no_step_minutes=cfg.no_step_alert_minutes,
+        labels=cfg.resource_labels,
+    ),
+)
+
 # Deleted first by `pulumi destroy`, and protected while deletion protection is on: a destroy
 # fails before the job, the RayCluster or any node is touched (components/guards.py).
 DeletionProtection(
@@ -241,8 +261,8 @@ DeletionProtection(
     resources=[
         r
         for r in (
-            bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites, *namespace_deps, installer,
-            storage, staging, dra, ray, job,
+            bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites,
+            *namespace_deps, installer, storage, staging, dra, ray, job, observability,
         )
         if r is not None
     ],
@@ -274,6 +294,14 @@ pulumi.export(
         "headService": ray.head_service,
         "dashboardPort": ray.dashboard_port,
         "workerReplicas": ray.worker_replicas,
+        "namespace": cfg.namespace,
+        # kubectl port-forward listens on localhost only: the dashboard stays off the network.
+        "dashboardCommand": pulumi.Output.concat(
+            "gcloud container clusters get-credentials ", gke.name, " --location ", gke.location,
+            f" --project {cfg.project} && kubectl --namespace {cfg.namespace} port-forward svc/",
+            ray.head_service, f" {ray.dashboard_port}:{ray.dashboard_port}",
+            f"  # then open http://127.0.0.1:{ray.dashboard_port}",
+        ),
     },
 )
 pulumi.export(
@@ -307,5 +335,7 @@ pulumi.export(
             "https://console.cloud.google.com/monitoring/dashboards/integration/"
             f"gke.nvidia-dcgm?project={cfg.project}"
         ),
+        "trainingDashboard": observability.dashboard_url,
+        "jobLogs": observability.logs_url,
     },
 )

@@ -99,6 +99,7 @@ FIXED_NAME_TYPES = {
     "gcp:compute/resourcePolicy:ResourcePolicy",
     "gcp:compute/router:Router",
     "gcp:compute/routerNat:RouterNat",
+    "gcp:logging/metric:Metric",  # the log-based training metrics (TrainingObservability)
 }
 
 

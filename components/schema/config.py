@@ -29,6 +29,7 @@ from pydantic.alias_generators import to_camel
 
 from components.schema.choices import ClusterMode
 from components.schema.choices import Capacity
+from components.schema.observability import observability_problems
 from components.schema.run import GrpoRunConfig, run_problems
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
 from components.messages import quoted
@@ -150,6 +151,12 @@ class StackConfig(BaseModel):
     )
     job: GrpoRunConfig = Field(default_factory=GrpoRunConfig, description="The GRPO run.")
     staging: StagingConfig = Field(default_factory=StagingConfig, description="Model staging.")
+    alert_notification_channel: str | None = Field(
+        None, description="Notification channel of every alert; default: none."
+    )
+    no_step_alert_minutes: int = Field(
+        60, description="Minutes without a new training step before the no-step alert fires."
+    )
 
     # Derived facts, so that no component recomputes them.
     @property
@@ -329,6 +336,7 @@ _FIXES = {
     "subnetwork": "use the name of a subnetwork of that VPC in the region",
     "controlPlaneCidrs": 'use a list of CIDR ranges, e.g. ["203.0.113.0/24"]',
     "labels": 'use an object of label keys and values, e.g. {"team": "research"}',
+    "noStepAlertMinutes": "use a whole number of minutes, 2 to 1440",
 }
 
 
@@ -376,6 +384,7 @@ def cross_field_problems(config: StackConfig) -> list[str]:
     if not nodes_problem:  # the run's checks divide by the GPU count
         problems += run_problems(config.run, config.hardware, config.nodes)
     problems += staging_problems(config.staging)
+    problems += observability_problems(config)
     return problems
 
 
