@@ -7,7 +7,7 @@ STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv node plan plan-all policy diff test bench clean
+.PHONY: venv node plan plan-all policy diff critical-path outputs curve test bench clean
 
 venv: $(VENV)/.installed
 
@@ -38,6 +38,20 @@ policy: venv
 ## What a change does, offline: make diff BASE=<git ref> [STACK=a4|a4-autopilot|...] (default: every stack)
 diff: venv
 	$(PY) -m tools.plan_diff --base $(BASE) $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),)
+
+## The longest chain of waits of `pulumi up` to the first training step, with an estimate.
+critical-path: venv
+	$(PY) -m tools.critical_path --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+
+## Stack outputs of the offline plan, as `pulumi stack output --json` prints them (secrets
+## masked), checked against schemas/stack-outputs.schema.json: make outputs STACK=a4 [MODE=autopilot]
+outputs: venv
+	@$(PY) -m tools.outputs --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+
+## The training curve of a stack's job, to build/<stack>/curve.png: make curve STACK=a4
+## (or from a saved log: make curve LOG=job.log)
+curve: venv
+	$(PY) -m tools.curve $(if $(LOG),--log $(LOG),--stack $(STACK)) --out build/$(if $(LOG),curve,$(STACK))/curve.png
 
 ## Run the whole test suite (CI calls this through .ci/run).
 test: venv node

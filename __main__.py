@@ -9,20 +9,34 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import preflight
-from components.guards import BucketIdentity, DeletionProtection
-from components.schema import config
-from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from components.ray.grpo_job import GrpoJob, GrpoJobArgs
-from components.schema.run import checkpoint_uri
+from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
+from components.cluster.node_identity import NodeIdentity, NodeIdentityArgs
+from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
+from components.facts import pins
 from components.facts.hardware import NodeNetworking
 from components.facts.layout import HF_SECRET_NAME
-from components.storage.model_staging import ModelStaging, ModelStagingArgs
-from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
-from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
+from components.guards import BucketIdentity, DeletionProtection
+from components.network.primary_network import (
+    PODS_RANGE,
+    SERVICES_RANGE,
+    PrimaryNetwork,
+    PrimaryNetworkArgs,
+)
 from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.observability.scope import Scope
+from components.observability.training_observability import (
+    TrainingObservability,
+    TrainingObservabilityArgs,
+)
+from components.ray.grpo_job import GrpoJob, GrpoJobArgs
 from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
+from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
+from components.schema import config, names
+from components.schema.run import checkpoint_uri
+from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
+from components.storage.model_staging import ModelStaging, ModelStagingArgs
 
 cfg = config.from_pulumi()
 hw = cfg.hardware
@@ -47,6 +61,27 @@ if not dranet:
         ),
     )
 
+# Every node runs as the stack's own least-privilege account, in the stack's own network (or the
+# user's), never as the Compute Engine default account on the `default` VPC.
+nodes_identity = NodeIdentity(
+    "node-identity",
+    NodeIdentityArgs(
+        project=cfg.project,
+        account_id=names.node_service_account_id(cfg.cluster),
+        cluster_name=cfg.cluster,
+    ),
+)
+primary = None
+if not cfg.network:
+    primary = PrimaryNetwork(
+        "primary-network",
+        PrimaryNetworkArgs(project=cfg.project, region=cfg.region, cluster_name=cfg.cluster),
+    )
+
+# The nodes' roles are granted, and their way out exists, before any node starts (logging,
+# image pulls); the control plane is created meanwhile.
+node_prerequisites = (nodes_identity, *([primary] if primary else []))
+
 gke = GkeCluster(
     "gke",
     GkeClusterArgs(
@@ -59,6 +94,13 @@ gke = GkeCluster(
         exclusion_start=cfg.exclusion_start,
         ray_addon=not dranet,
         dra_beta_apis=dranet,
+        network=primary.network if primary else cfg.network,
+        subnetwork=primary.subnetwork if primary else cfg.subnetwork,
+        secondary_ranges=(PODS_RANGE, SERVICES_RANGE) if primary else None,
+        node_service_account=nodes_identity.email,
+        labels=cfg.resource_labels,
+        control_plane_cidrs=tuple(cfg.control_plane_cidrs),
+        node_prerequisites=node_prerequisites,
     ),
     # The cluster names none of the VPCs (they are additional node and pod networks), so
     # without this edge `pulumi destroy` could delete them, and the gVNIC firewall nothing
@@ -66,6 +108,17 @@ gke = GkeCluster(
     opts=pulumi.ResourceOptions(depends_on=networks.cloud_resources if networks else None),
 )
 in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
+
+# Every pod pulls the verl and staging images through the region's cache of Docker Hub.
+images = ImageMirror(
+    "images",
+    ImageMirrorArgs(
+        project=cfg.project,
+        region=cfg.region,
+        repository_id=names.mirror_repository_id(cfg.cluster),
+        labels=cfg.resource_labels,
+    ),
+)
 
 # What must exist before GPU pods can be scheduled: the GPU pool and the network objects.
 ray_prerequisites: list[pulumi.Resource] = []
@@ -83,8 +136,11 @@ if not cfg.autopilot:
             capacity=cfg.provisioning,
             reservation=cfg.reservation,
             placement_policy=cfg.placement_policy,
+            service_account=nodes_identity.email,
+            labels=cfg.resource_labels,
             node_networks=networks.node_networks if networks else [],
         ),
+        opts=pulumi.ResourceOptions(depends_on=list(node_prerequisites)),
     )
     ray_prerequisites.append(gpu_pool)
 if networks:
@@ -119,7 +175,7 @@ storage = GcsFuseStorage(
         hf_token=pulumi.Output.secret(cfg.hf_token.get_secret_value()) if cfg.hf_token else None,
         arch=hw.arch,
         delete_bucket_on_destroy=cfg.delete_bucket_on_destroy,
-        labels=cfg.labels,
+        labels=cfg.resource_labels,
         adopt=found.bucket is not None,
         bucket_guard=bucket_identity,
         claim_after=[gpu_pool] if gpu_pool else (),
@@ -133,11 +189,12 @@ staging = ModelStaging(
         staging=cfg.staging,
         namespace=cfg.namespace,
         service_account=storage.service_account,
-        bucket_name=storage.bucket_name,
+        bucket_name=storage.mount_bucket_name,  # waits for the KSA's grant, as the PV does
         hf_secret_name=storage.hf_secret_name or HF_SECRET_NAME,
         node_selector=system_nodes,
+        image=images.ref(pins.STAGING_IMAGE),
     ),
-    opts=in_namespace,
+    opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=[images])),
 )
 
 dra = None
@@ -145,7 +202,9 @@ if dranet:
     dra = NvidiaDraDriver(
         "dra",
         NvidiaDraDriverArgs(profile=hw, nodes=cfg.nodes, workload_namespace=cfg.namespace),
-        opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=ray_prerequisites)),
+        # Installed while the GPU nodes are created: its kubelet plugin DaemonSet starts on
+        # them when they join, and nothing in the chart waits for a GPU node.
+        opts=in_namespace,
     )
 
 ray = VerlRayCluster(
@@ -163,10 +222,10 @@ ray = VerlRayCluster(
         rdma_claim_template=dra.rdma_claim_template if dra else None,
         compute_domain_claim_template=dra.compute_domain_claim_template if dra else None,
         operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
+        image=images.ref(pins.VERL_IMAGES[hw.arch]),
+        pod_prerequisites=[*ray_prerequisites, installer, images],
     ),
-    opts=pulumi.ResourceOptions.merge(
-        in_namespace, pulumi.ResourceOptions(depends_on=[*ray_prerequisites, installer])
-    ),
+    opts=in_namespace,
 )
 
 # The final resource: the training run, once the RayCluster is ready and the bucket is filled.
@@ -184,6 +243,21 @@ job = GrpoJob(
     opts=pulumi.ResourceOptions(depends_on=[staging]),
 )
 
+# Log-based training metrics, the training dashboard and the alerts (Cloud Logging/Monitoring).
+observability = TrainingObservability(
+    "observability",
+    TrainingObservabilityArgs(
+        scope=Scope(
+            project=cfg.project, region=cfg.region, cluster_name=cfg.cluster,
+            namespace=cfg.namespace,
+        ),
+        target=hw.target.value,
+        notification_channel=cfg.alert_notification_channel,
+        no_step_minutes=cfg.no_step_alert_minutes,
+        labels=cfg.resource_labels,
+    ),
+)
+
 # Deleted first by `pulumi destroy`, and protected while deletion protection is on: a destroy
 # fails before the job, the RayCluster or any node is touched (components/guards.py).
 DeletionProtection(
@@ -192,8 +266,8 @@ DeletionProtection(
     resources=[
         r
         for r in (
-            bucket_identity, networks, gke, *ray_prerequisites, *namespace_deps, installer,
-            storage, staging, dra, ray, job,
+            bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites,
+            *namespace_deps, installer, storage, staging, dra, ray, job, observability,
         )
         if r is not None
     ],
@@ -225,6 +299,14 @@ pulumi.export(
         "headService": ray.head_service,
         "dashboardPort": ray.dashboard_port,
         "workerReplicas": ray.worker_replicas,
+        "namespace": cfg.namespace,
+        # kubectl port-forward listens on localhost only: the dashboard stays off the network.
+        "dashboardCommand": pulumi.Output.concat(
+            "gcloud container clusters get-credentials ", gke.name, " --location ", gke.location,
+            f" --project {cfg.project} && kubectl --namespace {cfg.namespace} port-forward svc/",
+            ray.head_service, f" {ray.dashboard_port}:{ray.dashboard_port}",
+            f"  # then open http://127.0.0.1:{ray.dashboard_port}",
+        ),
     },
 )
 pulumi.export(
@@ -258,5 +340,7 @@ pulumi.export(
             "https://console.cloud.google.com/monitoring/dashboards/integration/"
             f"gke.nvidia-dcgm?project={cfg.project}"
         ),
+        "trainingDashboard": observability.dashboard_url,
+        "jobLogs": observability.logs_url,
     },
 )

@@ -21,7 +21,9 @@ def child_options(
     return pulumi.ResourceOptions.merge(inherited, pulumi.ResourceOptions(**extra))
 
 
-def fixed_name(opts: pulumi.ResourceOptions | None, **extra) -> pulumi.ResourceOptions:
+def fixed_name(
+    opts: pulumi.ResourceOptions | None, name_field: str = "name", **extra
+) -> pulumi.ResourceOptions:
     """Options for a Google Cloud resource whose `name` the program sets.
 
     One name is one object: replacing it must delete the old object before creating the new
@@ -33,8 +35,10 @@ def fixed_name(opts: pulumi.ResourceOptions | None, **extra) -> pulumi.ResourceO
     (commit acf4291ef4, "Make ResourcePolicy updatable"), so a rename would be a PATCH. Both are
     stated here instead of resting on those internals. Not for the bucket: deleting it first
     would delete the checkpoints (components/storage/gcs_fuse_storage.py never replaces it).
+    `name_field` is the input that names the resource where it is not `name` (camelCase, as
+    the engine's replaceOnChanges takes it: `repositoryId`).
     """
-    stated = pulumi.ResourceOptions(delete_before_replace=True, replace_on_changes=["name"])
+    stated = pulumi.ResourceOptions(delete_before_replace=True, replace_on_changes=[name_field])
     return pulumi.ResourceOptions.merge(
         pulumi.ResourceOptions.merge(opts, stated), pulumi.ResourceOptions(**extra)
     )

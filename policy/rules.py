@@ -29,6 +29,8 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from components.schema.names import CLUSTER_LABEL, STACK_LABEL, TARGET_LABEL
+
 SECRET = "[secret]"  # how plan.json (tools/mockrun.py) and the pack show a secret value
 PACK_NAME = "verl-gke"
 
@@ -43,9 +45,9 @@ NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 INGRESS_TYPES = ("kubernetes:networking.k8s.io/v1:Ingress", "kubernetes:networking.k8s.io/v1beta1:Ingress")
 GRPO_RUN = "pulumi-python:dynamic/verl-gke:GrpoRun"
 
-# The stack label the program puts on what it owns (GcsFuseStorage's bucket; preflight refuses to
-# adopt a bucket labelled for another stack). Issue 9 adds target and cluster labels beside it.
-REQUIRED_LABELS = ("verl-gke-stack",)
+# What the program labels everything it owns with (components/schema/config.py resource_labels):
+# costs split by stack, target and cluster; preflight refuses a bucket labelled for another stack.
+REQUIRED_LABELS = (STACK_LABEL, TARGET_LABEL, CLUSTER_LABEL)
 
 
 def _get(props: Mapping[str, Any] | None, path: str, default: Any = None) -> Any:
@@ -154,10 +156,14 @@ BUCKET_IAM_TYPES = (
     "gcp:storage/bucketIAMPolicy:BucketIAMPolicy",
 )
 BASIC_ROLES = ("roles/owner", "roles/editor")
-# The one project-scope grant GKE's hardening guide gives a dedicated node service account, so
-# its nodes can write logs and metrics ("Use least privilege IAM service accounts":
-# roles/container.defaultNodeServiceAccount). Anything else the stack grants is bucket-scoped.
-NODE_SERVICE_ACCOUNT_ROLE = "roles/container.defaultNodeServiceAccount"
+# The project-scope roles GKE documents for a dedicated node service account ("Use least
+# privilege IAM service accounts"; image streaming's requirements): components/cluster/
+# node_identity.py grants exactly these. Anything else the stack grants is bucket-scoped.
+NODE_SERVICE_ACCOUNT_ROLES = (
+    "roles/container.defaultNodeServiceAccount",  # logs, metrics, resource metadata
+    "roles/artifactregistry.reader",  # image pulls through the stack's mirror
+    "roles/serviceusage.serviceUsageConsumer",  # image streaming
+)
 
 
 def is_iam_type(resource_type: str) -> bool:
@@ -174,7 +180,8 @@ def _roles(props: Mapping[str, Any]) -> list[str]:
 
 
 def validate_iam_bucket_scope(args: ResourceValidationArgs, report: ReportViolation) -> None:
-    """IAM only at bucket scope (plus the node service account's one role), never owner/editor."""
+    """IAM only at bucket scope (plus a node service account's documented roles), never
+    owner or editor: a grant above the bucket reaches every other workload in the project."""
     if not is_iam_type(args.resource_type):
         return
     roles = _roles(args.props)
@@ -186,7 +193,7 @@ def validate_iam_bucket_scope(args: ResourceValidationArgs, report: ReportViolat
     member = str(args.props.get("member", ""))
     if (
         args.resource_type == "gcp:projects/iAMMember:IAMMember"
-        and roles == [NODE_SERVICE_ACCOUNT_ROLE]
+        and len(roles) == 1 and roles[0] in NODE_SERVICE_ACCOUNT_ROLES
         and member.startswith("serviceAccount:")
     ):
         return
@@ -506,7 +513,7 @@ POLICIES = [
     ),
     ResourceValidationPolicy(
         name="iam-bucket-scope-only",
-        description="IAM grants only on buckets (and the node account's one role), never owner or editor.",
+        description="IAM grants only on buckets (and a node account's documented roles), never owner or editor.",
         validate=validate_iam_bucket_scope,
         enforcement_level=MANDATORY,
     ),

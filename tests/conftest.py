@@ -22,3 +22,13 @@ def program(request):
     stack, mode = request.param
     inputs, recording = rendered(stack, mode)
     return stack, mode, inputs, recording
+
+
+@pytest.fixture(scope="session")
+def shared_ray_head(tmp_path_factory):
+    """One private local Ray head for the test modules that only submit jobs to it and read
+    their logs (training log patterns, training curve): starting a head costs ~8 s."""
+    from tests.local_ray import local_ray
+
+    with local_ray(tmp_path_factory.mktemp("shared-ray")) as head:
+        yield head

@@ -97,6 +97,9 @@ FIXED_NAME_TYPES = {
     "gcp:compute/subnetwork:Subnetwork",
     "gcp:compute/firewall:Firewall",
     "gcp:compute/resourcePolicy:ResourcePolicy",
+    "gcp:compute/router:Router",
+    "gcp:compute/routerNat:RouterNat",
+    "gcp:logging/metric:Metric",  # the log-based training metrics (TrainingObservability)
 }
 
 
@@ -112,6 +115,8 @@ def test_every_fixed_name_cloud_resource_is_replaced_delete_first(stack):
     for r in fixed:
         assert r.options.delete_before_replace, r.name
         assert "name" in r.options.replace_on_changes, r.name
+    account = recording.one("gcp:serviceaccount/account:Account")  # named by accountId
+    assert account.options.delete_before_replace
     if stack == "a4x":  # the one whose provider would otherwise PATCH a new name
         policy = recording.one("gcp:compute/resourcePolicy:ResourcePolicy")
         assert policy.options.replace_on_changes == ("name",)

@@ -2,8 +2,9 @@
 
 After the DeletionProtection guard (deleted first; it stops the destroy while protected), every
 stack tears down in this order, each layer only once the one before it is gone:
-job, RayCluster, what the Ray pods mount, node pools, cluster, networks. And nothing the bucket
-holds is deleted.
+job, RayCluster, what the Ray pods mount, node pools, cluster, networks (VPCs, subnets,
+firewalls; the nodes' Cloud NAT after everything on the nodes). And nothing the bucket holds is
+deleted.
 """
 
 from __future__ import annotations
@@ -80,10 +81,23 @@ def test_destroy_deletes_job_raycluster_mounts_pools_cluster_networks_in_that_or
     expected = ["job", "RayCluster", "mounts", "node pools", "cluster", "networks"]
     if mode == "autopilot":
         expected.remove("node pools")
-    if stack == "a4x":  # DRANET: GKE makes the accelerator networks, the stack none
-        expected.remove("networks")
     assert names == expected
     assert _out_of_order(resources) == set()
+
+
+@pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])
+def test_the_nodes_way_out_goes_after_everything_that_runs_on_nodes(stack, mode):
+    """Cloud Router and NAT (the private nodes' egress) are deleted after the job, the
+    RayCluster, the mounts and every node pool. Not necessarily after the control plane, which
+    does not use them: holding the cluster's creation for them would put the NAT on `pulumi up`'s
+    critical path for nothing (PrimaryNetwork runs beside the control plane on purpose)."""
+    resources = _document(stack, mode)["resources"]
+    before = destroy_graph.deleted_before(resources)
+    egress = {r["urn"] for r in resources if r["type"] in ("gcp:compute/router:Router", "gcp:compute/routerNat:RouterNat")}
+    assert len(egress) == 2
+    on_nodes = set().union(*(urns for name, urns in _layers(resources) if name in ("job", "RayCluster", "mounts", "node pools")))
+    for urn in egress:
+        assert on_nodes <= before[urn], on_nodes - before[urn]
 
 
 @pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])

@@ -19,10 +19,6 @@ from policy import rules
 from tests.conftest import STACK_MODES, rendered
 from tools import plan, policy_check
 
-# Rules the plans of this branch fail until issue 9 (node service account, labels) lands.
-ISSUE_9_RULES = {"nodes-dedicated-service-account", "gcp-labels"}
-
-
 def resources(stack: str = "a4", mode: str = "standard") -> list[dict]:
     """The plan.json resources of a stack, as a fresh copy a test may change."""
     inputs, recording = rendered(stack, mode)
@@ -74,13 +70,11 @@ def test_secrets_reach_the_pack_as_the_plan_shows_them():
 
 
 @pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])
-def test_every_stack_passes_every_rule_but_issue_9s(stack, mode):
-    """The whole pack on each stack's plan: only the node service account and label rules fail,
-    and only on the cluster and its node pools (what issue 9 changes)."""
-    found = policy_check.check_resources(resources(stack, mode), policy_check.policy_config(stack))
-    assert {v.policy for v in found} <= ISSUE_9_RULES, [str(v) for v in found]
-    kinds = {v.urn.split("::")[-2].split("$")[-1] for v in found}
-    assert kinds <= {rules.CLUSTER, rules.NODE_POOL}
+def test_every_stack_passes_every_rule(stack, mode):
+    """`make policy` on each stack and mode: no violation, over every kind of resource it has."""
+    found = resources(stack, mode)
+    assert policy_check.check_resources(found, policy_check.policy_config(stack)) == []
+    assert {rules.BUCKET, rules.CLUSTER, rules.RAY_CLUSTER, rules.K8S_SECRET} <= {r["type"] for r in found}
 
 
 def test_make_policy_exits_1_on_a_violation_and_0_on_a_clean_plan(tmp_path, capsys):
@@ -165,18 +159,23 @@ def test_a_ray_cluster_without_its_network_policy_is_a_violation(change):
 # --- IAM ---------------------------------------------------------------------------------------
 
 
-def test_the_bucket_scoped_grant_passes():
-    """roles/storage.objectUser on the bucket for the Ray pods' principal."""
-    assert violations("iam-bucket-scope-only", resources()) == []
+def test_the_programs_grants_pass():
+    """roles/storage.objectUser on the bucket for the Ray pods' principal, and the node service
+    account's project roles GKE documents for it (components/cluster/node_identity.py)."""
+    found = resources()
+    grants = [r for r in found if rules.is_iam_type(r["type"])]
+    assert {r["inputs"]["role"] for r in grants if r["type"] == "gcp:projects/iAMMember:IAMMember"} == set(
+        rules.NODE_SERVICE_ACCOUNT_ROLES)
+    assert violations("iam-bucket-scope-only", grants) == []
 
 
-def test_the_node_service_accounts_project_role_passes():
-    """The one project grant GKE's hardening guide gives a dedicated node service account."""
-    grant = one(resources(), "gcp:storage/bucketIAMMember:BucketIAMMember")
-    grant["type"] = "gcp:projects/iAMMember:IAMMember"
-    grant["inputs"] = {"project": "p", "role": rules.NODE_SERVICE_ACCOUNT_ROLE,
-                       "member": "serviceAccount:verl-a4-nodes@p.iam.gserviceaccount.com"}
-    assert violations("iam-bucket-scope-only", [grant]) == []
+@pytest.mark.parametrize("member", ["user:someone@example.com", "group:ml@example.com"])
+def test_a_node_role_for_a_person_is_a_violation(member):
+    """The node roles pass only for a service account: to a person they are a project grant."""
+    [grant] = [r for r in resources() if r["type"] == "gcp:projects/iAMMember:IAMMember"][:1]
+    grant["inputs"]["member"] = member
+    [message] = violations("iam-bucket-scope-only", [grant])
+    assert "above bucket scope" in message
 
 
 @pytest.mark.parametrize(
@@ -249,7 +248,7 @@ def test_every_image_of_the_program_is_pinned():
     """All Kubernetes objects of a4x (RayCluster, staging Job ...) pass, and the rule saw them."""
     found = resources("a4x")
     images = {i for r in found if r["type"].startswith("kubernetes:") for i in rules.container_images(r["inputs"])}
-    assert any(i.startswith("verlai/verl:") for i in images) and len(images) >= 2, images
+    assert any("/verlai/verl:" in i for i in images) and len(images) >= 2, images
     assert violations("images-pinned", found) == []
 
 
@@ -294,7 +293,7 @@ def test_an_on_demand_gpu_pool_is_a_violation(affinity):
 
 
 def test_a_pool_with_a_dedicated_service_account_passes():
-    """The GPU pool on a stack-owned account (what issue 9 adds) passes."""
+    """The GPU pool on a stack-owned account passes."""
     pool = _gpu_pool()
     pool["inputs"]["nodeConfig"]["serviceAccount"] = "verl-a4-nodes@example-project.iam.gserviceaccount.com"
     assert violations("nodes-dedicated-service-account", [pool]) == []
@@ -302,10 +301,13 @@ def test_a_pool_with_a_dedicated_service_account_passes():
 
 @pytest.mark.parametrize("account", [None, "default", "000000000000-compute@developer.gserviceaccount.com"])
 def test_a_pool_on_the_default_service_account_is_a_violation(account):
-    """Unset (today's plan), 'default', or the project's Compute Engine default account."""
+    """Unset, 'default', or the project's Compute Engine default account."""
     pool = _gpu_pool()
+    assert violations("nodes-dedicated-service-account", [pool]) == []  # the program's own
     if account:
         pool["inputs"]["nodeConfig"]["serviceAccount"] = account
+    else:
+        del pool["inputs"]["nodeConfig"]["serviceAccount"]
     [message] = violations("nodes-dedicated-service-account", [pool])
     assert "Compute Engine default service account" in message
 
@@ -313,6 +315,8 @@ def test_a_pool_on_the_default_service_account_is_a_violation(account):
 def test_an_autopilot_cluster_is_checked_in_its_auto_provisioning_defaults():
     """Autopilot has no pools: the account lives in clusterAutoscaling.autoProvisioningDefaults."""
     cluster = one(resources("a4", "autopilot"), rules.CLUSTER)
+    assert violations("nodes-dedicated-service-account", [cluster]) == []  # the program's own
+    del cluster["inputs"]["clusterAutoscaling"]["autoProvisioningDefaults"]["serviceAccount"]
     [message] = violations("nodes-dedicated-service-account", [cluster])
     assert message.startswith("clusterAutoscaling.autoProvisioningDefaults.serviceAccount is unset")
     cluster["inputs"].setdefault("clusterAutoscaling", {})["autoProvisioningDefaults"] = {
@@ -351,22 +355,26 @@ def test_labelable_is_read_from_pulumi_gcps_args_classes():
     assert rules.label_input("gcp:compute/router:Router") is None
 
 
-def test_the_labelled_bucket_passes_and_a_labelled_cluster_would():
-    """The bucket carries verl-gke-stack; the cluster passes once it does (issue 9)."""
-    bucket = one(resources(), rules.BUCKET)
-    assert violations("gcp-labels", [bucket]) == []
-    cluster = one(resources(), rules.CLUSTER)
-    cluster["inputs"]["resourceLabels"] = {"verl-gke-stack": "a4"}
-    assert violations("gcp-labels", [cluster]) == []
+def test_every_labelable_resource_of_the_program_is_labelled():
+    """Cluster (resourceLabels), bucket, mirror repository, alert policies ... all carry the
+    stack, target and cluster labels; the rule saw more than one labelable type."""
+    found = resources()
+    labelable = {r["type"] for r in found if r["type"].startswith("gcp:") and rules.label_input(r["type"])}
+    assert {rules.CLUSTER, rules.BUCKET} < labelable
+    assert violations("gcp-labels", found) == []
 
 
-def test_an_unlabelled_labelable_resource_is_a_violation():
-    """Today's cluster has no resourceLabels; a bucket that lost its stack label is reported too."""
-    cluster = one(resources(), rules.CLUSTER)
-    assert violations("gcp-labels", [cluster]) == ["resourceLabels lacks verl-gke-stack: label every labelable resource with the stack"]
-    bucket = one(resources(), rules.BUCKET)
-    bucket["inputs"]["labels"] = {"team": "ml"}
-    assert violations("gcp-labels", [bucket])
+@pytest.mark.parametrize("type_", [rules.CLUSTER, rules.BUCKET])
+def test_an_unlabelled_labelable_resource_is_a_violation(type_):
+    """Labels removed, or only the user's left: reported with the missing keys."""
+    resource = one(resources(), type_)
+    key = rules.label_input(type_)
+    del resource["inputs"][key]
+    [message] = violations("gcp-labels", [resource])
+    assert message.startswith(f"{key} lacks verl-gke-stack, verl-gke-target, verl-gke-cluster")
+    resource["inputs"][key] = {"team": "ml", "verl-gke-stack": "a4"}
+    [message] = violations("gcp-labels", [resource])
+    assert message.startswith(f"{key} lacks verl-gke-target, verl-gke-cluster")
 
 
 # --- Secrets -----------------------------------------------------------------------------------
@@ -484,8 +492,8 @@ def _analyze_request(resource: dict, secret_paths: tuple[str, ...] = ()):
 
 def test_the_served_pack_reports_what_make_policy_reports():
     """Through the analyzer service `pulumi preview` talks to: the secret token passes, the same
-    token sent in plain text fails credentials-are-secrets, and today's GPU pool fails exactly
-    the rule it fails offline."""
+    token sent in plain text fails credentials-are-secrets, and a GPU pool without its service
+    account fails exactly the rule it fails offline."""
     servicer = _served_pack()
     secret = one(resources(), rules.K8S_SECRET)
     ok = servicer.Analyze(_analyze_request(secret, ("stringData.hf_api_token",)), None)
@@ -495,6 +503,8 @@ def test_the_served_pack_reports_what_make_policy_reports():
     assert [d.policyName for d in leaked.diagnostics] == ["credentials-are-secrets"]
     assert "hf_REALVALUE" not in leaked.diagnostics[0].message
     pool = _gpu_pool()
+    assert not servicer.Analyze(_analyze_request(pool), None).diagnostics
+    del pool["inputs"]["nodeConfig"]["serviceAccount"]
     online = servicer.Analyze(_analyze_request(pool), None)
     offline = policy_check.check_resources([pool])
     assert sorted(d.policyName for d in online.diagnostics) == sorted(v.policy for v in offline) == [

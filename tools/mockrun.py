@@ -210,6 +210,21 @@ def _plain(value: Any, on_secret: Callable[[Any], Any]) -> Any:
 ENGINE_VERSIONS = "gcp:container/getEngineVersions:getEngineVersions"
 LIST_BUCKETS = "gcp:storage/getBuckets:getBuckets"
 GET_BUCKET = "gcp:storage/getBucket:getBucket"
+PROJECT_SERVICE = "gcp:projects/getProjectService:getProjectService"
+GET_RESERVATION = "gcp:compute/getReservation:getReservation"
+GET_RESERVATION_BLOCK = "gcp:compute/getReservationBlock:getReservationBlock"
+QUOTA_INFOS = "gcp:cloudquota/getSQuotaInfos:getSQuotaInfos"
+
+
+def enabled_service(args: dict[str, Any]) -> dict[str, Any]:
+    """getProjectService for an enabled API: its id is set (a disabled one reads as no id)."""
+    return {
+        "id": f"{args.get('project')}/{args.get('service')}",
+        "service": args.get("service"),
+        "project": args.get("project"),
+    }
+
+
 EXAMPLE_INVOKES: dict[str, Any] = {
     ENGINE_VERSIONS: {
         "defaultClusterVersion": "1.34.6-gke.1129000",
@@ -227,6 +242,7 @@ EXAMPLE_INVOKES: dict[str, Any] = {
         "validMasterVersions": ["1.35.2-gke.1485000", "1.34.6-gke.1129000", "1.33.9-gke.1060000"],
     },
     LIST_BUCKETS: {"buckets": []},
+    PROJECT_SERVICE: enabled_service,
 }
 
 
@@ -258,6 +274,9 @@ class FakeCloud(pulumi_mocks.Mocks):
                 "selfLink": f"https://container.googleapis.com/v1/projects/{self.project}/"
                 f"locations/{state.get('location', 'unknown')}/clusters/{cluster_name}",
             }
+        if type_ == "gcp:serviceaccount/account:Account":
+            project = state.get("project", self.project)
+            return {"email": f"{state.get('accountId', name)}@{project}.iam.gserviceaccount.com"}
         if type_ == "gcp:storage/bucket:Bucket":
             bucket = state.get("name", name)
             return {"url": f"gs://{bucket}", "selfLink": f"storage/{bucket}"}

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from components.facts.hardware import profile
 from components.messages import quoted
 from tools import mockrun
 
@@ -192,6 +193,33 @@ def _qualified(key: str, project: str) -> str:
     return key if ":" in key else f"{project}:{key}"
 
 
+def example_invokes(config: dict[str, str]) -> dict[str, Any]:
+    """What a project fit for the stack would answer its capacity invokes: a ready reservation
+    of the target's machine type with room for the nodes, and enough preemptible GPU quota."""
+    hw = profile(config[f"{NAMESPACE}:target"])
+    nodes = int(config.get(f"{NAMESPACE}:gpuNodes") or 0) or hw.default_nodes
+    reservation = config.get(f"{NAMESPACE}:reservation") or EXAMPLE_VALUES[f"{NAMESPACE}:reservation"]
+    return {
+        mockrun.GET_RESERVATION: {
+            "name": reservation.split("/")[0],
+            "status": "READY",
+            "blockNames": [reservation.split("/")[-1]] if "/" in reservation else [],
+            "specificReservations": [
+                {"count": nodes, "inUseCount": 0,
+                 "instanceProperties": [{"machineType": hw.machine_type}]}
+            ],
+        },
+        mockrun.GET_RESERVATION_BLOCK: {"blockCount": nodes, "inUseCount": 0, "status": "READY"},
+        mockrun.QUOTA_INFOS: {"quotaInfos": [{
+            "quotaId": hw.preemptible_gpu_quota or "",
+            "dimensionsInfos": [
+                {"dimensions": {"region": config[f"{NAMESPACE}:region"]},
+                 "details": [{"value": str(nodes * hw.gpus_per_node)}]}
+            ],
+        }]},
+    }
+
+
 def run_program(
     stack: str,
     mode: str | None = None,
@@ -209,7 +237,7 @@ def run_program(
         stack=stack,
         config=inputs.config,
         secret_keys=inputs.secret_keys,
-        invokes=invokes,
+        invokes={**example_invokes(inputs.config), **(invokes or {})},
         recording=recording,
     )
     return inputs, recording

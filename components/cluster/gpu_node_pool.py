@@ -17,6 +17,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.facts.hardware import HardwareProfile, NodeNetworking
+from components.cluster.node_identity import OAUTH_SCOPES
 from components.options import child_options, fixed_name
 from components.schema import names
 from components.schema.choices import Capacity
@@ -39,6 +40,10 @@ class GpuNodePoolArgs:
     reservation: str | None  # `<name>` or `<name>/reservationBlocks/<block>`
     # A4X's workload policy name (components/schema/names.py); None for A4 / A3 Ultra.
     placement_policy: str | None = None
+    # The nodes' service account (NodeIdentity); never the Compute Engine default.
+    service_account: pulumi.Input[str] | None = None
+    # Google Cloud labels of the nodes' VMs (cost attribution), and of the placement policy.
+    labels: dict[str, str] = field(default_factory=dict)
     # (network, subnetwork) pairs from RdmaNetworks, in NIC order; empty on A4X.
     node_networks: list[tuple[pulumi.Input[str], pulumi.Input[str]]] = field(default_factory=list)
 
@@ -158,6 +163,12 @@ def _node_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNodeConfigArgs:
     return gcp.container.NodePoolNodeConfigArgs(
         machine_type=hw.machine_type,
         disk_type=hw.boot_disk_type,
+        service_account=args.service_account,
+        oauth_scopes=OAUTH_SCOPES,
+        # Image streaming needs Container-Optimized OS with containerd (GKE image-streaming
+        # requirements); stated rather than left to GKE's default image type.
+        image_type="COS_CONTAINERD",
+        resource_labels=args.labels or None,
         guest_accelerators=[
             gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
                 type=hw.gpu_type,

@@ -27,3 +27,11 @@ def nodes_per_subnet(cidr: str) -> int:
 
 # 252: what one /24 per NIC allows. A larger cluster needs larger subnets, not a larger number.
 MAX_RDMA_VPC_NODES = min(nodes_per_subnet(GVNIC_CIDR), nodes_per_subnet(rdma_cidr(0)))
+
+
+# The primary network the stack creates (components/network/primary_network.py), clear of the
+# 192.168.0.0/16 GPU networks: 4,092 nodes, a /14 of pods (GKE gives each node a /24 by default,
+# so 1,024 nodes' worth), 4,096 Services.
+NODE_CIDR = "10.0.0.0/20"
+PODS_CIDR = "10.4.0.0/14"
+SERVICES_CIDR = "10.8.0.0/20"

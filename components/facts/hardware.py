@@ -71,6 +71,10 @@ class HardwareProfile:
     boot_disk_type: str
     # The oldest GKE version the target runs on; None: any version GKE offers.
     min_gke_version: str | None
+    # Cloud Quotas id of the regional GPU quota that spot and flex-start VMs consume ("Spot:
+    # Preemptible quota is charged", "Flex-start: Preemptible quota is charged", Google's AI
+    # Hypercomputer consumption-models table); None where neither is offered.
+    preemptible_gpu_quota: str | None
     # NCCL tuner shipped by the gIB installer; A3 Ultra needs its own (ANCHORS defect 2).
     nccl_tuner_config: str | None
     ray_version: str
@@ -109,6 +113,7 @@ _A4 = HardwareProfile(
     ephemeral_local_ssds=32,
     boot_disk_type="hyperdisk-balanced",
     min_gke_version=None,
+    preemptible_gpu_quota="PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region",
     nccl_tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb",
     ray_version="2.47.0",
     worker=PodShape(cpu="220", memory="2800Gi", ephemeral_storage="1000Gi"),
@@ -126,6 +131,7 @@ PROFILES: dict[Target, HardwareProfile] = {
         gpu_type="nvidia-h200-141gb",
         machine_type="a3-ultragpu-8g",
         nccl_tuner_config="/usr/local/gib/configs/tuner_config_a3u.txtpb",
+        preemptible_gpu_quota="PREEMPTIBLE-NVIDIA-H200-GPUS-per-project-region",
     ),
     Target.A4X: HardwareProfile(
         target=Target.A4X,
@@ -154,6 +160,7 @@ PROFILES: dict[Target, HardwareProfile] = {
         # DRANET (the `auto` accelerator network profile with GKE's managed DRA driver) needs
         # this version (Cluster Toolkit gke-a4x precondition).
         min_gke_version="1.34.1-gke.1829001",
+        preemptible_gpu_quota=None,  # reservation-bound only
         # A4X's gIB plugin picks its tuning through NCCL_ENV_PLUGIN=gcp instead of a tuner file.
         nccl_tuner_config=None,
         ray_version="2.49.0",

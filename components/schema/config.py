@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import ipaddress
 import json
 import re
+import urllib.parse
 from typing import Any, Collection, Mapping
 
 import pulumi
@@ -27,6 +29,7 @@ from pydantic.alias_generators import to_camel
 
 from components.schema.choices import ClusterMode
 from components.schema.choices import Capacity
+from components.schema.observability import observability_problems
 from components.schema.run import GrpoRunConfig, run_problems
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
 from components.messages import quoted
@@ -117,6 +120,27 @@ class StackConfig(BaseModel):
         description="Bucket for model, data and checkpoints; default `<clusterName>-<project>`.",
     )
     hf_token: SecretStr | None = Field(None, description="Hugging Face token (secret).")
+    network: str | None = Field(
+        None,
+        pattern=_NAME,
+        max_length=63,
+        description="An existing VPC for the cluster's nodes; default: the stack creates one.",
+    )
+    subnetwork: str | None = Field(
+        None,
+        pattern=_NAME,
+        max_length=63,
+        description="Its subnetwork in `region`; set together with `network`.",
+    )
+    control_plane_cidrs: list[str] = Field(
+        default_factory=list,
+        description="CIDR ranges allowed to reach the control plane; default: any (credentials "
+        "still required).",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Your labels on every labelled Google Cloud resource (cost attribution).",
+    )
     deletion_protection: bool = Field(True, description="GKE cluster deletion protection.")
     delete_bucket_on_destroy: bool = Field(
         False, description="Delete the bucket and its checkpoints on `pulumi destroy`."
@@ -127,6 +151,12 @@ class StackConfig(BaseModel):
     )
     job: GrpoRunConfig = Field(default_factory=GrpoRunConfig, description="The GRPO run.")
     staging: StagingConfig = Field(default_factory=StagingConfig, description="Model staging.")
+    alert_notification_channel: str | None = Field(
+        None, description="Notification channel of every alert; default: none."
+    )
+    no_step_alert_minutes: int = Field(
+        60, description="Minutes without a new training step before the no-step alert fires."
+    )
 
     # Derived facts, so that no component recomputes them.
     @property
@@ -166,9 +196,15 @@ class StackConfig(BaseModel):
         return names.placement_policy_name(self.cluster)
 
     @property
-    def labels(self) -> dict[str, str]:
-        """Labels every labelled Google Cloud resource of the stack carries."""
-        return {names.STACK_LABEL: names.stack_label(self.stack)}
+    def resource_labels(self) -> dict[str, str]:
+        """What every labelled Google Cloud resource of the stack carries: the user's labels, and
+        the stack, target and cluster, so that billing can be split by each."""
+        return {
+            **self.labels,
+            names.STACK_LABEL: names.stack_label(self.stack),
+            names.TARGET_LABEL: self.target.value,
+            names.CLUSTER_LABEL: names.label_value(self.cluster),
+        }
 
     @property
     def run(self) -> GrpoRunConfig:
@@ -195,6 +231,11 @@ KEYS: dict[str, str] = {
 KEYS.pop("project")
 KEYS.pop("stack")
 
+
+# Keys whose values are objects or lists: the CLI hands them over as JSON text.
+STRUCTURED_KEYS = ("job", "staging", "labels", "controlPlaneCidrs")
+# Keys Pulumi's project config schema cannot declare (it has no object type).
+OBJECT_KEYS = ("job", "staging", "labels")
 
 # Pulumi.yaml's defaults for keys whose real default is derived: they mean "not set".
 UNSET = {"gpuNodes": "0"}
@@ -259,7 +300,7 @@ def from_pulumi() -> StackConfig:
 
 def _parse(key: str, value: Any) -> Any:
     # Structured keys arrive as JSON text from the CLI (`pulumi config set --path job.rolloutN 8`).
-    if key in ("job", "staging") and isinstance(value, str):
+    if key in STRUCTURED_KEYS and isinstance(value, str):
         try:
             return json.loads(value)
         except json.JSONDecodeError:
@@ -291,6 +332,11 @@ _FIXES = {
     "deletionProtection": "use true or false",
     "deleteBucketOnDestroy": "use true or false",
     "maintenanceExclusionStart": "use an RFC 3339 time such as 2026-12-01T00:00:00Z",
+    "network": "use the name of a VPC in the project (`gcloud compute networks list`)",
+    "subnetwork": "use the name of a subnetwork of that VPC in the region",
+    "controlPlaneCidrs": 'use a list of CIDR ranges, e.g. ["203.0.113.0/24"]',
+    "labels": 'use an object of label keys and values, e.g. {"team": "research"}',
+    "noStepAlertMinutes": "use a whole number of minutes, 2 to 1440",
 }
 
 
@@ -302,14 +348,22 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
         return f"{key} is required: set it with `pulumi config set {key} <value>`"
     shown = "[secret]" if top == "hfToken" else quoted(error.get("input"))
     fix = _FIXES.get(top, "see its description in Pulumi.yaml")
-    if top in ("job", "staging") and error["type"] == "extra_forbidden":
+    if top in OBJECT_KEYS and error["type"] == "extra_forbidden":
         fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in Pulumi.yaml"
     return f"{key} = {shown} is invalid ({error['msg']}): {fix}"
 
 
 def cross_field_problems(config: StackConfig) -> list[str]:
     """Checks that involve more than one key, or a key and the hardware profile."""
-    problems = [*_placement_problems(config), *_capacity_problems(config), *name_problems(config)]
+    problems = [
+        *_placement_problems(config),
+        *_capacity_problems(config),
+        *name_problems(config),
+        *_access_problems(config),
+        *names.label_problems(
+            f"{NAMESPACE}:labels", config.labels, len(config.resource_labels) - len(config.labels)
+        ),
+    ]
     nodes_problem = config.hardware.nodes_problem(f"{NAMESPACE}:gpuNodes", config.nodes)
     if nodes_problem:
         problems.append(nodes_problem)
@@ -330,6 +384,7 @@ def cross_field_problems(config: StackConfig) -> list[str]:
     if not nodes_problem:  # the run's checks divide by the GPU count
         problems += run_problems(config.run, config.hardware, config.nodes)
     problems += staging_problems(config.staging)
+    problems += observability_problems(config)
     return problems
 
 
@@ -347,6 +402,44 @@ def _placement_problems(config: StackConfig) -> list[str]:
             f"{NAMESPACE}:clusterMode = 'autopilot' is not available for target "
             f"{config.target.value}: A4X needs a Standard cluster (DRANET node pool); set "
             f"{NAMESPACE}:clusterMode to standard"
+        )
+    return problems
+
+
+# GKE: "You can add up to 50 authorized networks (allowed CIDR blocks) in a project" for a
+# cluster with a public endpoint (kubernetes-engine/docs/how-to/authorized-networks).
+MAX_CONTROL_PLANE_CIDRS = 50
+
+
+def _access_problems(config: StackConfig) -> list[str]:
+    """The primary network and who may reach the control plane."""
+    problems = []
+    if bool(config.network) != bool(config.subnetwork):
+        problems.append(
+            f"{NAMESPACE}:network and {NAMESPACE}:subnetwork go together: set both (an existing "
+            "VPC and its subnetwork in the region, with Cloud NAT for the nodes), or neither and "
+            "the stack creates them"
+        )
+    key = f"{NAMESPACE}:controlPlaneCidrs"
+    for cidr in config.control_plane_cidrs:
+        try:
+            ipaddress.IPv4Network(cidr, strict=True)
+        except ValueError as error:
+            problems.append(
+                f"{key}: {quoted(cidr)} is not an IPv4 CIDR range ({error}): use e.g. "
+                "203.0.113.0/24, host bits zero"
+            )
+    if len(config.control_plane_cidrs) > MAX_CONTROL_PLANE_CIDRS:
+        problems.append(
+            f"{key} lists {len(config.control_plane_cidrs)} ranges; GKE takes at most "
+            f"{MAX_CONTROL_PLANE_CIDRS}: merge some"
+        )
+    address = config.job.dashboard_address
+    if address and urllib.parse.urlsplit(str(address)).username is not None:
+        problems.append(
+            f"{NAMESPACE}:job.dashboardAddress carries credentials in the URL, which would be "
+            "stored in plain text in the stack's state and plan: remove them; reach the "
+            "dashboard through a tunnel or IAP that authenticates on its own"
         )
     return problems
 

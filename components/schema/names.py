@@ -9,6 +9,7 @@ are fixed by the components.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 
@@ -28,6 +29,8 @@ _GCE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 LABEL_VALUE_MAX = 63
 
 STACK_LABEL = "verl-gke-stack"
+TARGET_LABEL = "verl-gke-target"
+CLUSTER_LABEL = "verl-gke-cluster"
 DEFAULT_CLUSTER_PREFIX = "verl"
 A4X_TOPOLOGY = "1x72"
 
@@ -122,3 +125,83 @@ def _is_ip_address(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# The stack's primary network (components/network/primary_network.py).
+def primary_network_name(cluster: str) -> str:
+    return f"{cluster}-net"
+
+
+def primary_subnet_name(cluster: str) -> str:
+    return f"{cluster}-sub"
+
+
+def router_name(cluster: str) -> str:
+    return f"{cluster}-router"
+
+
+def nat_name(cluster: str) -> str:
+    return f"{cluster}-nat"
+
+
+# Artifact Registry repository ids: "up to 63 characters, lowercase letters, numbers, and
+# hyphens, starting with a letter" (artifactregistry.v1 Repository name rules).
+def mirror_repository_id(cluster: str) -> str:
+    return f"{cluster}-dockerhub"
+
+
+# IAM service account ids: "6-30 characters ... [a-z]([-a-z0-9]*[a-z0-9])" (iam.v1
+# CreateServiceAccountRequest.accountId).
+SERVICE_ACCOUNT_ID_MAX = 30
+
+
+def node_service_account_id(cluster: str) -> str:
+    """`<cluster>-nodes`, or for a long cluster name its start and a digest of the whole (two
+    long names that share a start still get two accounts)."""
+    wanted = f"{cluster}-nodes"
+    if len(wanted) <= SERVICE_ACCOUNT_ID_MAX:
+        return wanted
+    digest = hashlib.sha256(cluster.encode()).hexdigest()[:6]
+    head = cluster[: SERVICE_ACCOUNT_ID_MAX - len(digest) - len("--nodes")].rstrip("-")
+    return f"{head}-{digest}-nodes"
+
+
+# Labels (cloud.google.com/resource-manager/docs/labels-overview#requirements): keys start with
+# a lowercase letter; keys and values hold lowercase letters, digits, '_' and '-', at most 63;
+# a resource has at most 64.
+LABEL_KEY = re.compile(r"[a-z][-_a-z0-9]{0,62}")
+LABEL_VALUE = re.compile(r"[-_a-z0-9]{0,63}")
+MAX_LABELS = 64
+RESERVED_LABEL_PREFIX = "verl-gke-"
+
+
+def label_value(text: str) -> str:
+    """Any text as a label value: lowercase, other characters as '-', at most 63."""
+    return re.sub(r"[^-_a-z0-9]", "-", text.lower())[:LABEL_VALUE_MAX]
+
+
+def label_problems(key: str, labels: dict[str, str], own: int) -> list[str]:
+    """The user's labels against GCP's rules; `own` labels the stack adds to every resource."""
+    problems = []
+    for name, value in labels.items():
+        if not LABEL_KEY.fullmatch(str(name)):
+            problems.append(
+                f"{key}: label key {quoted(name)} is invalid: use at most 63 lowercase letters, "
+                "digits, '_' and '-', starting with a letter"
+            )
+        elif name.startswith(RESERVED_LABEL_PREFIX):
+            problems.append(
+                f"{key}: label key {quoted(name)} is the stack's own ({RESERVED_LABEL_PREFIX}*): "
+                "choose another key"
+            )
+        if not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
+            problems.append(
+                f"{key}.{name} = {quoted(value)} is not a label value: use at most 63 lowercase "
+                "letters, digits, '_' and '-'"
+            )
+    if len(labels) + own > MAX_LABELS:
+        problems.append(
+            f"{key} has {len(labels)} labels; with the stack's {own} that is more than the "
+            f"{MAX_LABELS} a resource can carry: remove {len(labels) + own - MAX_LABELS}"
+        )
+    return problems

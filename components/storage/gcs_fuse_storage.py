@@ -120,6 +120,9 @@ class GcsFuseStorage(pulumi.ComponentResource):
     bucket: gcp.storage.Bucket
     bucket_name: pulumi.Output[str]
     bucket_url: pulumi.Output[str]
+    # The bucket's name as the KSA's grant reports it: a pod that mounts the bucket inline
+    # (`inline_volume`) with it waits for the grant, as the PV does.
+    mount_bucket_name: pulumi.Output[str]
     pvc_name: pulumi.Output[str]
     service_account: pulumi.Output[str]
 
@@ -139,12 +142,15 @@ class GcsFuseStorage(pulumi.ComponentResource):
             opts=child,
         )
         project_number = gcp.organizations.get_project_output(project_id=args.project).number
-        gcp.storage.BucketIAMMember(
+        grant = gcp.storage.BucketIAMMember(
             f"{name}-object-user",
             gcp.storage.BucketIAMMemberArgs(
                 bucket=self.bucket.name,
                 role="roles/storage.objectUser",
-                member=pulumi.Output.all(project_number, account.metadata.namespace).apply(
+                # The principal names the KSA; IAM does not need it to exist, so the grant is made
+                # while the cluster is still being created (not after it, which would put IAM's
+                # propagation on the critical path of `pulumi up`).
+                member=pulumi.Output.all(project_number, args.namespace).apply(
                     lambda v: workload_principal(v[0], args.project, v[1], args.service_account)
                 ),
             ),
@@ -161,8 +167,14 @@ class GcsFuseStorage(pulumi.ComponentResource):
             )
             # Consumers take the name from the Secret, so they wait for it and go before it.
             self.hf_secret_name = hf_secret.metadata.name
+        # Whatever mounts the claim reads and writes the bucket as the KSA: the volume (and so
+        # the claim and every pod) waits for the grant, not only for the bucket; and both wait
+        # for `claim_after` (the GPU pool), so that destroy deletes them first.
         claim_opts = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(args.claim_after)))
-        volume = self._persistent_volume(name, args, self.bucket.name, claim_opts)
+        volume = self._persistent_volume(
+            name, args, self.bucket.name,
+            pulumi.ResourceOptions.merge(claim_opts, pulumi.ResourceOptions(depends_on=[grant])),
+        )
         claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=PVC_NAME, namespace=args.namespace),
@@ -178,12 +190,14 @@ class GcsFuseStorage(pulumi.ComponentResource):
 
         self.bucket_name = self.bucket.name
         self.bucket_url = self.bucket.url
+        self.mount_bucket_name = grant.bucket
         self.pvc_name = claim.metadata.name
         self.service_account = account.metadata.name
         self.register_outputs(
             {
                 "bucketName": self.bucket_name,
                 "bucketUrl": self.bucket_url,
+                "mountBucketName": self.mount_bucket_name,
                 "pvcName": self.pvc_name,
                 "serviceAccount": self.service_account,
             }

@@ -16,14 +16,23 @@ def main() -> int:
     parser.add_argument("--sleep", type=float, default=0.3)
     parser.add_argument("--fail", action="store_true", help="exit 1 after the steps")
     parser.add_argument("--fail-once", metavar="MARKER", help="fail unless MARKER exists")
+    parser.add_argument(
+        "--all-metrics", action="store_true",
+        help="also print the step time and throughput keys the dashboard charts",
+    )
+    parser.add_argument("--nan-reward-at", type=int, metavar="STEP", help="a NaN reward at STEP")
     args = parser.parse_args()
     for step in range(1, args.steps + 1):
         time.sleep(args.sleep)
-        score = 0.1 * step
+        score = "nan" if step == args.nan_reward_at else f"{0.1 * step:.3f}"
+        extra = (
+            f" - timing_s/step:np.float64({10 + step / 2}) - perf/throughput:{1000.0 + 50 * step}"
+            if args.all_metrics else ""
+        )
         print(
-            f"(TaskRunner pid={os.getpid()}) step:{step} - critic/score/mean:{score:.3f} - "
+            f"(TaskRunner pid={os.getpid()}) step:{step} - critic/score/mean:{score} - "
             f"actor/lr:np.float64(1e-05) - response_length/mean:{100 + step} - "
-            "timing_s/gen:nan",
+            f"timing_s/gen:nan{extra}",
             flush=True,
         )
     if args.fail_once and not os.path.exists(args.fail_once):

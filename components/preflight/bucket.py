@@ -1,15 +1,9 @@
-"""What the program asks the live project before it registers any resource.
+"""An existing bucket under the stack's bucket name: adopted, if it can be this stack's.
 
-These are invokes (data sources), which Pulumi runs at `pulumi preview` as well as at `up`, so a
-pull-request preview already says what would fail. Every problem is reported together with the
-config's, as a ConfigError naming the key to change; nothing has been created when it is raised.
-
-- The GKE version a new cluster gets (components/cluster/gke_version.py).
-- The bucket: one that already exists under the stack's bucket name is adopted (Pulumi's
-  `import` option) instead of failing with 409 on create, which is what `pulumi up` after
-  `pulumi destroy` meets, since destroy keeps the bucket. Adopting is safe only for a bucket
-  that can be this stack's: in the configured region, with a hierarchical namespace, and not
-  labelled as another stack's.
+`pulumi up` after `pulumi destroy` meets the bucket the destroy kept; a plain create would fail
+with 409. It is adopted (Pulumi's `import` option, components/storage/gcs_fuse_storage.py) when
+it can be this stack's: in the configured region, with a hierarchical namespace, and not
+labelled as another stack's.
 """
 
 from __future__ import annotations
@@ -18,10 +12,9 @@ from dataclasses import dataclass, field
 
 import pulumi_gcp as gcp
 
-from components.cluster import gke_version
 from components.messages import quoted
 from components.schema import names
-from components.schema.config import ConfigError, StackConfig
+from components.schema.config import StackConfig
 
 
 @dataclass(frozen=True)
@@ -31,30 +24,6 @@ class ExistingBucket:
     labels: dict[str, str] = field(default_factory=dict)
     hierarchical_namespace: bool = False
 
-
-@dataclass(frozen=True)
-class Preflight:
-    gke_version: str
-    bucket: ExistingBucket | None  # None: the stack creates it
-
-
-def run(config: StackConfig) -> Preflight:
-    """Ask the project; raise ConfigError with every problem found."""
-    problems: list[str] = []
-    offered = gke_version.offered(config.project, config.region)
-    version = gke_version.pick(offered, config.hardware.min_gke_version)
-    if version is None:
-        problems.append(
-            gke_version.problem(
-                offered, config.hardware.min_gke_version, config.target.value, config.region
-            )
-        )
-    bucket = find_bucket(config.project, config.bucket)
-    if bucket is not None:
-        problems += adoption_problems(bucket, config)
-    if problems:
-        raise ConfigError(problems)
-    return Preflight(gke_version=version or "", bucket=bucket)
 
 
 def find_bucket(project: str, name: str) -> ExistingBucket | None:
