@@ -164,3 +164,18 @@ def test_new_dependencies_or_options_alone_are_engine_only_changes():
     assert change.kind == "engine"
     assert change.fields == [("options.protect", None, True, None),
                              ("dependsOn (removed → added)", [], ["gpu-pool"], None)]
+
+
+def test_components_are_not_listed_even_from_plans_that_did_not_mark_them():
+    """Components (ours, and pulumi-kubernetes' YAML v2) change nothing in the cloud: left out,
+    whether the plan records `custom` or is older and only the type tells."""
+    component = {"urn": "urn:a::p::verl-gke:index:GkeCluster::gke", "name": "gke",
+                 "type": "verl-gke:index:GkeCluster", "inputs": {}, "options": {}}
+    manifest = {"urn": "urn:a::p::kubernetes:yaml/v2:ConfigFile::nccl", "name": "nccl",
+                "type": "kubernetes:yaml/v2:ConfigFile", "inputs": {"file": "a"}, "options": {}}
+    secret = {"urn": "urn:a::p::kubernetes:core/v1:Secret::s", "name": "s",
+              "type": "kubernetes:core/v1:Secret", "inputs": {}, "options": {}}
+    head = [{**component, "dependsOn": ["x"], "custom": False}, {**manifest, "custom": False},
+            {**secret, "custom": True}]
+    assert plan_diff.resource_changes([component, manifest, secret], head) == []
+    assert [c.name for c in plan_diff.resource_changes([], [component, manifest, secret])] == ["s"]

@@ -122,6 +122,19 @@ def _replace_reason(resource: Mapping[str, Any], path: str) -> str | None:
     return f"provider replaces on {provider_field}" if provider_field else None
 
 
+# Components a provider implements (pulumi-kubernetes' YAML and Helm v4): no cloud object.
+_REMOTE_COMPONENTS = ("kubernetes:yaml/v2:", "kubernetes:helm.sh/v4:", "kubernetes:kustomize/v2:")
+
+
+def _custom(resource: Mapping[str, Any]) -> bool:
+    """For a plan from before plan.json recorded `custom` (and a URN the other plan does not
+    know), the type says it: a provider's module has a path (`gcp:container/cluster:Cluster`),
+    a component's does not (`verl-gke:index:GkeCluster`)."""
+    type_ = resource["type"]
+    package, module, _ = type_.split(":", 2)
+    return ("/" in module or package == "pulumi") and not type_.startswith(_REMOTE_COMPONENTS)
+
+
 def _dependency_names(resource: Mapping[str, Any], by_urn: Mapping[str, Mapping[str, Any]]) -> set[str]:
     """Names of the resources `resource` explicitly depends on (plans before plan.json recorded
     dependencies have none)."""
@@ -129,9 +142,11 @@ def _dependency_names(resource: Mapping[str, Any], by_urn: Mapping[str, Mapping[
 
 
 def resource_changes(base: list[Mapping[str, Any]], head: list[Mapping[str, Any]]) -> list[Change]:
-    """Added, removed, replaced and updated resources between two plans, by URN."""
-    olds = {r["urn"]: r for r in base}
-    news = {r["urn"]: r for r in head}
+    """Added, removed, replaced and updated resources between two plans, by URN. Components
+    are left out: the engine creates, updates and deletes nothing for them."""
+    recorded = {r["urn"]: bool(r["custom"]) for r in [*base, *head] if "custom" in r}
+    olds = {r["urn"]: r for r in base if recorded.get(r["urn"], _custom(r))}
+    news = {r["urn"]: r for r in head if recorded.get(r["urn"], _custom(r))}
     changes = [Change(u, r["type"], r["name"], "remove") for u, r in olds.items() if u not in news]
     for urn, new in news.items():
         old = olds.get(urn)
