@@ -95,34 +95,45 @@ def validate_ray_head_not_exposed(args: StackValidationArgs, report: ReportViola
     KubeRay names a cluster's head Service `<cluster>-head-svc` and creates it with the
     RayCluster's `headGroupSpec.serviceType`, so that field counts as a Service too.
     """
-    head_services: set[tuple[str, str]] = set()
-    for r in args.resources:
-        if r.resource_type == RAY_CLUSTER:
-            name = _get(r.props, "metadata.name")
-            head_services.add((_namespace(r.props), f"{name}-head-svc"))
-            service_type = _get(r.props, "spec.headGroupSpec.serviceType")
-            if service_type in EXPOSED_SERVICE_TYPES:
-                report(f"RayCluster {name!r} asks KubeRay for a {service_type} head Service: use "
-                       "ClusterIP and `kubectl port-forward`", r.urn)
-            if _get(r.props, "spec.headGroupSpec.enableIngress"):
-                report(f"RayCluster {name!r} sets headGroupSpec.enableIngress: the head must not "
-                       "be reachable from outside the cluster", r.urn)
-    for r in args.resources:
-        if r.resource_type == K8S_SERVICE:
-            name = _get(r.props, "metadata.name")
-            head_services_here = _selects_ray_head(_get(r.props, "spec.selector"))
-            if head_services_here:
-                head_services.add((_namespace(r.props), name))
-            service_type = _get(r.props, "spec.type")
-            if head_services_here and service_type in EXPOSED_SERVICE_TYPES:
-                report(f"Service {name!r} exposes a Ray head as {service_type}: use ClusterIP",
-                       r.urn)
+    head_services = _check_ray_clusters(args.resources, report) | _check_services(args.resources, report)
     for r in args.resources:
         if r.resource_type in INGRESS_TYPES:
             for backend in _ingress_backends(r.props):
                 if (_namespace(r.props), backend) in head_services:
                     report(f"Ingress {_get(r.props, 'metadata.name')!r} routes to the Ray head "
                            f"Service {backend!r}", r.urn)
+
+
+def _check_ray_clusters(resources: list[Any], report: ReportViolation) -> set[tuple[str, str]]:
+    """Reports RayClusters that ask KubeRay to expose their head; their head Services' names."""
+    found = set()
+    for r in resources:
+        if r.resource_type != RAY_CLUSTER:
+            continue
+        name = _get(r.props, "metadata.name")
+        found.add((_namespace(r.props), f"{name}-head-svc"))
+        service_type = _get(r.props, "spec.headGroupSpec.serviceType")
+        if service_type in EXPOSED_SERVICE_TYPES:
+            report(f"RayCluster {name!r} asks KubeRay for a {service_type} head Service: use "
+                   "ClusterIP and `kubectl port-forward`", r.urn)
+        if _get(r.props, "spec.headGroupSpec.enableIngress"):
+            report(f"RayCluster {name!r} sets headGroupSpec.enableIngress: the head must not "
+                   "be reachable from outside the cluster", r.urn)
+    return found
+
+
+def _check_services(resources: list[Any], report: ReportViolation) -> set[tuple[str, str]]:
+    """Reports Services that expose a Ray head outside the cluster; every Service selecting one."""
+    found = set()
+    for r in resources:
+        if r.resource_type != K8S_SERVICE or not _selects_ray_head(_get(r.props, "spec.selector")):
+            continue
+        name = _get(r.props, "metadata.name")
+        found.add((_namespace(r.props), name))
+        service_type = _get(r.props, "spec.type")
+        if service_type in EXPOSED_SERVICE_TYPES:
+            report(f"Service {name!r} exposes a Ray head as {service_type}: use ClusterIP", r.urn)
+    return found
 
 
 def validate_ray_cluster_network_policy(args: StackValidationArgs, report: ReportViolation) -> None:
