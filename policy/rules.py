@@ -378,7 +378,10 @@ def validate_node_service_account(args: ResourceValidationArgs, report: ReportVi
 # --- Fixed names -------------------------------------------------------------------------------
 
 # The input that names the cloud object, where it is not `name`.
-IDENTITY_INPUTS = {"gcp:serviceaccount/account:Account": "accountId"}
+IDENTITY_INPUTS = {
+    "gcp:serviceaccount/account:Account": "accountId",
+    "gcp:artifactregistry/repository:Repository": "repositoryId",
+}
 NEVER_REPLACED = (BUCKET,)  # replacing the bucket is refused outright (components/guards.py)
 
 

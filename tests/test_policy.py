@@ -333,6 +333,21 @@ def test_fixed_name_resources_of_every_stack_are_deleted_first():
         assert violations("fixed-name-delete-first", resources(stack)) == []
 
 
+@pytest.mark.parametrize(
+    ("type_", "name"),
+    [("gcp:serviceaccount/account:Account", "node-identity-account"),
+     ("gcp:artifactregistry/repository:Repository", "images-repository"),
+     ("gcp:logging/metric:Metric", "observability-metric-step")],
+)
+def test_ids_other_than_name_are_fixed_names_too(type_, name):
+    """A service account's accountId and a repository's repositoryId name them like `name`."""
+    resource = one(resources(), type_, name)
+    assert violations("fixed-name-delete-first", [resource]) == []
+    resource["options"]["deleteBeforeReplace"] = False
+    [message] = violations("fixed-name-delete-first", [resource])
+    assert "is a fixed name" in message
+
+
 def test_a_fixed_name_created_first_is_a_violation_and_an_auto_name_is_not():
     """Without deleteBeforeReplace a named pool is reported; an auto-named one needs nothing."""
     pool = _gpu_pool()
