@@ -5,9 +5,12 @@ Read from the providers' own source, not guessed:
 - Google Cloud: `ForceNew: true` fields of terraform-provider-google (which pulumi-gcp bridges),
   commit e03b7622a2 (main, 2026-08-21): google/services/container/resource_container_cluster.go,
   resource_container_node_pool.go and node_config.go (schemaNodeConfig), google/services/compute/
-  resource_compute_network.go, _subnetwork.go, _firewall.go, _resource_policy.go,
-  google/services/storage/resource_storage_bucket.go and iam_storage_bucket.go,
-  google/tpgiamresource/resource_iam_member.go. Paths are Terraform's (snake_case, singular
+  resource_compute_network.go, _subnetwork.go, _firewall.go, _resource_policy.go, _router.go,
+  _router_nat.go, google/services/storage/resource_storage_bucket.go and iam_storage_bucket.go,
+  google/services/resourcemanager/resource_google_service_account.go, google/services/
+  artifactregistry/resource_artifact_registry_repository.go, google/services/logging/
+  resource_logging_metric.go, google/services/monitoring/resource_monitoring_alert_policy.go and
+  _dashboard.go, google/tpgiamresource/resource_iam_member.go. Paths are Terraform's (snake_case, singular
   block names); `matches` maps the plan's camelCase, pluralised Pulumi names onto them.
   Not listed: node_config itself, whose schema is ForceNew as a block (adding or removing it)
   while GKE updates most of its fields in place (labels, taints, resource labels ...).
@@ -68,6 +71,21 @@ GOOGLE: dict[str, tuple[str, ...]] = {
         "custom_placement_config.data_locations", "enable_object_retention", "hierarchical_namespace",
         "location", "name", "project",
     ),
+    "gcp:compute/router:Router": (
+        "encrypted_interconnect_router", "name", "ncc_gateway", "network", "params", "project", "region",
+    ),
+    "gcp:compute/routerNat:RouterNat": (
+        "endpoint_types", "initial_nat_ips", "name", "project", "region", "router", "type",
+    ),
+    "gcp:serviceaccount/account:Account": ("account_id", "project"),
+    "gcp:artifactregistry/repository:Repository": (
+        "format", "kms_key_name", "location", "maven_config", "mode", "project",
+        "remote_repository_config", "repository_id",
+    ),
+    # `name` (the metric's id) is updatable in the provider: the program's replaceOnChanges says it.
+    "gcp:logging/metric:Metric": ("project",),
+    "gcp:monitoring/alertPolicy:AlertPolicy": ("project",),
+    "gcp:monitoring/dashboard:Dashboard": ("project",),
     "gcp:storage/bucketIAMMember:BucketIAMMember": ("bucket", "role", "member", "condition"),
     "gcp:projects/iAMMember:IAMMember": ("project", "role", "member", "condition"),
 }
