@@ -13,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -47,8 +49,26 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def local_ray(temp_dir: Path, num_cpus: int = 2) -> Iterator[LocalRay]:
-    """Start a Ray head under `temp_dir`, wait for its dashboard, yield it, end its processes."""
+    """Start a Ray head, wait for its dashboard, yield it, end its processes.
+
+    Ray keeps its files in a short directory under the system's temp dir, linked from
+    `temp_dir/ray`: its dashboard modules listen on AF_UNIX sockets at
+    `<temp dir>/session_<date>_<pid>/sockets/dash_<Module>`, and a socket path may not exceed
+    107 bytes, which pytest's numbered directories (`/tmp/pytest-of-root/pytest-116/...`) pass
+    once the counter has three digits. The directory is removed when the head has stopped.
+    """
     temp_dir.mkdir(parents=True, exist_ok=True)
+    ray_dir = Path(tempfile.mkdtemp(prefix="ray-"))
+    (temp_dir / "ray").symlink_to(ray_dir, target_is_directory=True)
+    try:
+        with _local_ray(ray_dir, num_cpus) as head:
+            yield head
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _local_ray(temp_dir: Path, num_cpus: int) -> Iterator[LocalRay]:
     ports = {
         name: free_port()
         for name in (
