@@ -164,6 +164,7 @@ job = GrpoJob(
         namespace=cfg.namespace,
         head_service=ray.head_service,
         kubeconfig=gke.kubeconfig,
+        model_revision=cfg.model_revision,
     ),
     opts=pulumi.ResourceOptions(depends_on=[staging]),
 )
@@ -174,7 +175,7 @@ pulumi.export("clusterEndpoint", gke.endpoint)
 pulumi.export("kubeconfig", gke.kubeconfig)
 pulumi.export("bucketName", storage.bucket_name)
 pulumi.export("bucketUrl", storage.bucket_url)
-pulumi.export("checkpointUri", job.checkpoint_uri)
+pulumi.export("checkpointUri", storage.bucket_url.apply(checkpoint_uri))
 pulumi.export(
     "hardware",
     {
@@ -206,6 +207,8 @@ pulumi.export(
         "dashboardPath": job.dashboard_path,
         "entrypoint": job.entrypoint,
         "metrics": job.metrics,
+        "checkpointUri": job.checkpoint_uri,
+        "runDir": job.run_dir,
     },
 )
 pulumi.export(

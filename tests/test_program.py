@@ -7,6 +7,7 @@ conftest.rendered) and checks what would be sent to the providers.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -313,7 +314,11 @@ def test_outputs_are_the_documented_contract(program):
     nodes = hw.default_nodes
     assert out["clusterName"] == "verl" and out["clusterLocation"] == "us-central1"
     assert out["bucketUrl"] == "gs://verl-example-project"
-    assert out["checkpointUri"] == "gs://verl-example-project/verl/checkpoints"
+    # The root of every run's directory; the run's own is job.checkpointUri (added).
+    assert out["checkpointUri"] == "gs://verl-example-project/checkpoints"
+    run_dir = out["job"]["runDir"]
+    assert re.fullmatch(rf"grpo-{hw.gpus_per_node * nodes}gpu-[0-9a-f]{{12}}", run_dir)
+    assert out["job"]["checkpointUri"] == f"gs://verl-example-project/checkpoints/{run_dir}"
     assert out["hardware"] == {
         "target": stack, "gpuType": hw.gpu_type, "machineType": hw.machine_type,
         "gpusPerNode": hw.gpus_per_node, "nodes": nodes, "totalGpus": hw.gpus_per_node * nodes,
@@ -406,7 +411,9 @@ def test_job_in_the_plan_runs_the_targets_overrides(stack, expected):
     overrides = _overrides(inputs["entrypoint"])
     assert expected.items() <= overrides.items()
     assert overrides["actor_rollout_ref.model.path"] == "/data/Qwen2.5-32B-Instruct"
-    assert overrides["trainer.default_local_dir"] == "/data/verl/checkpoints"
+    # The run's own directory, outside the staged source tree (/data/verl).
+    assert re.fullmatch(r"/data/checkpoints/grpo-\d+gpu-[0-9a-f]{12}",
+                        overrides["trainer.default_local_dir"])
     assert overrides["trainer.resume_mode"] == "auto"
     assert int(overrides["trainer.save_freq"]) > 0
     env = inputs["runtime_env"]["env_vars"]

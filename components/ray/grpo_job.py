@@ -5,7 +5,8 @@ a deterministic submission id), so the plan shows the exact command, and registe
 resource whose provider talks to Ray's Jobs API:
 - create submits with the submission id (derived from the stack, the resource name and the
   run's config), so a retried `pulumi up` adopts the job it already started; a job found FAILED
-  or STOPPED under that id is submitted again, and resumes from its checkpoints on the bucket.
+  or STOPPED under that id is submitted again, and resumes from the run's own checkpoint
+  directory (components/schema/run.py run_dir_name).
   It then follows the job as far as `waitFor` says, within `timeoutMinutes`;
 - diff replaces the job when the run's config changes (stopping the old one first: both would
   need every GPU) and updates in place for metadata, waiting or access changes;
@@ -33,7 +34,14 @@ import pulumi
 import pulumi.dynamic as dynamic
 from pulumi.runtime import rpc
 
-from components.schema.run import GrpoRunConfig, WaitFor, entrypoint, run_problems, runtime_env
+from components.schema.run import (
+    GrpoRunConfig,
+    WaitFor,
+    entrypoint,
+    run_dir_name,
+    run_problems,
+    runtime_env,
+)
 from components.facts.hardware import HardwareProfile
 from components.facts.layout import DASHBOARD_PORT
 from components.options import child_options
@@ -76,13 +84,15 @@ class GrpoJobArgs:
     run: GrpoRunConfig  # the stack config key verl-gke:job
     profile: HardwareProfile  # the target's hardware row
     nodes: int  # GPU worker replicas of the RayCluster
-    checkpoint_uri: pulumi.Input[str]  # gs://<bucket>/verl/checkpoints, reported as an output
+    checkpoint_uri: pulumi.Input[str]  # gs://<bucket>/checkpoints: the root of every run's dir
     namespace: str  # where the RayCluster runs
     head_service: pulumi.Input[str]  # the RayCluster's head Service, <raycluster>-head-svc
     # The GKE kubeconfig (a secret). Its user is the gke-gcloud-auth-plugin exec entry, so it
     # holds no token; required unless run.dashboardAddress is set.
     kubeconfig: pulumi.Input[str] | None = None
     dashboard_port: int = DASHBOARD_PORT  # the head Service's dashboard port
+    # The revision of the model when it is the staged one (part of the run's identity).
+    model_revision: str | None = None
 
 
 class GrpoJob(pulumi.ComponentResource):
@@ -93,7 +103,8 @@ class GrpoJob(pulumi.ComponentResource):
     start_time: pulumi.Output[str | None]
     end_time: pulumi.Output[str | None]
     dashboard_path: pulumi.Output[str]
-    checkpoint_uri: pulumi.Output[str]
+    checkpoint_uri: pulumi.Output[str]  # the run's own directory, gs://<bucket>/checkpoints/<run>
+    run_dir: str  # <runName>-<N>gpu-<digest>
     entrypoint: pulumi.Output[str]
     metrics: pulumi.Output[dict[str, float]]
 
@@ -102,8 +113,9 @@ class GrpoJob(pulumi.ComponentResource):
     ) -> None:
         super().__init__("verl-gke:index:GrpoJob", name, None, opts)
         _validate(args)
-        command = entrypoint(args.run, args.profile, args.nodes)
+        command = entrypoint(args.run, args.profile, args.nodes, args.model_revision)
         env = runtime_env(args.profile, args.nodes)
+        run_dir = run_dir_name(args.run, args.profile, args.nodes, args.model_revision)
         inputs = {
             "submission_id": submission_id(pulumi.get_stack(), name, command, env),
             "entrypoint": command,
@@ -112,7 +124,9 @@ class GrpoJob(pulumi.ComponentResource):
             "wait_for": args.run.wait_for.value,
             "timeout_s": args.run.timeout_minutes * 60,
             "access": _access(args),
-            "checkpoint_uri": args.checkpoint_uri,
+            "checkpoint_uri": pulumi.Output.from_input(args.checkpoint_uri).apply(
+                lambda root: f"{root.rstrip('/')}/{run_dir}"
+            ),
             "version": PROVIDER_VERSION,
         }
         job = _GrpoRun(
@@ -128,6 +142,7 @@ class GrpoJob(pulumi.ComponentResource):
         self.end_time = job.end_time
         self.dashboard_path = job.dashboard_path
         self.checkpoint_uri = job.checkpoint_uri
+        self.run_dir = run_dir
         self.entrypoint = job.entrypoint
         self.metrics = job.metrics
         self.register_outputs({
@@ -137,6 +152,7 @@ class GrpoJob(pulumi.ComponentResource):
             "endTime": self.end_time,
             "dashboardPath": self.dashboard_path,
             "checkpointUri": self.checkpoint_uri,
+            "runDir": self.run_dir,
             "entrypoint": self.entrypoint,
             "metrics": self.metrics,
         })

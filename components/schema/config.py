@@ -148,6 +148,14 @@ class StackConfig(BaseModel):
         return self.job.model_copy(update={"model_path": model_path(self.staging.model_id)})
 
     @property
+    def model_revision(self) -> str | None:
+        """The revision of the job's model if it is the staged one (part of the run's identity);
+        None for a model path of the user's own, whose revision the program cannot know."""
+        if self.run.model_path == model_path(self.staging.model_id):
+            return self.staging.model_revision
+        return None
+
+    @property
     def exclusion_start(self) -> str | None:
         """The configured start in GKE's format, or None: the cluster picks its creation day."""
         start = self.maintenance_exclusion_start
