@@ -2,8 +2,8 @@
 
 Three ways to submit one job and wait until Ray reports it RUNNING, on one private local Ray
 head (tests/local_ray.py), with the same entrypoint:
-- the provider's `create` with waitFor=running (default request policy; includes its final
-  status and log read, as `pulumi up` would);
+- the provider's `create` with waitFor=running (default request policy; includes its check for
+  another live job of the run, its final status and log-tail read, as `pulumi up` would);
 - the tutorial's way: `ray job submit --no-wait`, then `ray job status` polled through the CLI;
 - raw `JobSubmissionClient.submit_job` and `get_job_status` calls.
 Each is repeated a few times; medians and the provider's ratio to each are printed. Every job
@@ -25,23 +25,37 @@ from components.ray.grpo_job import PROVIDER_VERSION, GrpoJobProvider
 from tests.local_ray import RAY, LocalRay, local_ray
 
 REPETITIONS = 5
+# The provider may cost at most this much more than the raw client (issue 10): its extra work
+# (looking for another live job of the run first, reading the log tail for metrics) must not
+# show in what a user waits for.
+TARGET_RATIO = 1.1
 POLL_S = 0.25  # the CLI and raw loops poll as often as the provider's first poll
 TRAINER = Path(__file__).resolve().parent.parent / "tests" / "fakes" / "verl_trainer.py"
 ENTRYPOINT = f"{sys.executable} {TRAINER} --steps 30 --sleep 1"
 
 
 def _provider(ray: LocalRay, submission_id: str) -> None:
-    GrpoJobProvider().create({
+    GrpoJobProvider(say=_quiet).create({
         "submission_id": submission_id,
         "entrypoint": ENTRYPOINT,
         "runtime_env": {"env_vars": {}},
-        "metadata": {},
+        "staged": None,
+        # The stack and resource keys make create look for another live job of the same run
+        # first, as it does in a stack.
+        "metadata": {"verl-gke-stack": "bench", "verl-gke-resource": "grpo"},
         "wait_for": "running",
         "timeout_s": 120,
+        "max_retries": 0,
         "access": {"address": ray.dashboard_url},
-        "checkpoint_uri": "gs://bench/verl/checkpoints",
+        "checkpoint_uri": "gs://bench/checkpoints/grpo-16gpu-0123456789ab",
+        "run_dir": "grpo-16gpu-0123456789ab",
         "version": PROVIDER_VERSION,
+        "job_state": "",
     })
+
+
+def _quiet(_line: str) -> None:
+    """Progress lines are not part of what is measured."""
 
 
 def _cli(ray: LocalRay, submission_id: str) -> None:
@@ -98,7 +112,9 @@ def main() -> None:
         print(f"  {name:<45} {median:6.2f} s  ({spread})")
     provider, cli, raw = medians.values()
     print(f"  provider / CLI: {provider / cli:.2f}x")
-    print(f"  provider / raw client: {provider / raw:.2f}x")
+    ratio = provider / raw
+    verdict = "within" if ratio <= TARGET_RATIO else "OVER"
+    print(f"  provider / raw client: {ratio:.2f}x ({verdict} the {TARGET_RATIO}x target)")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import functools
 
 import pytest
 
+from tests.local_ray import local_ray
 from tools import plan
 
 STACK_MODES = [("a4", "standard"), ("a4", "autopilot"), ("a3u", "standard"), ("a3u", "autopilot"), ("a4x", "standard")]
@@ -22,3 +23,10 @@ def program(request):
     stack, mode = request.param
     inputs, recording = rendered(stack, mode)
     return stack, mode, inputs, recording
+
+
+@pytest.fixture(scope="session")
+def ray_head(tmp_path_factory):
+    """One private Ray head for every real-Ray test module (started once: ~8 s)."""
+    with local_ray(tmp_path_factory.mktemp("ray")) as head:
+        yield head

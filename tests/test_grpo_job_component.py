@@ -103,9 +103,10 @@ class _LogsUnreadable:
     """A job whose status Ray reports but whose log cannot be fetched in time."""
 
     submission_id = "verl-gke-a4-grpo-0123456789ab"
+    policy = grpo_job.RequestPolicy()
 
-    def logs(self) -> str:
-        raise RayAccessError("GET /logs timed out after 15 s")
+    def log_tail(self, lines: int, info: dict | None = None) -> str:
+        raise RayAccessError("GET /api/v0/logs/file timed out after 15 s")
 
 
 def test_refresh_keeps_the_last_metrics_when_the_log_cannot_be_read():
