@@ -165,6 +165,8 @@ job = GrpoJob(
         head_service=ray.head_service,
         kubeconfig=gke.kubeconfig,
         model_revision=cfg.model_revision,
+        # A re-staging replaces (first stops) the run: no file under /data changes beneath it.
+        staged=staging.job_name,
     ),
     opts=pulumi.ResourceOptions(depends_on=[staging]),
 )

@@ -276,3 +276,53 @@ def test_refresh_reads_only_the_logs_tail_even_of_a_100_mb_log(ray_head, provide
     print(f"refresh: {measured}")
     assert big_bytes < 256 * 1024 and big_bytes < small_bytes + 64 * 1024
     assert big_peak < 8 * 1024 * 1024 and big_peak < small_peak + 2 * 1024 * 1024
+
+
+# --- 3. Staging and a live run ---------------------------------------------------------------
+
+
+def test_a_restaging_is_a_replacement_the_engine_performs_first(provider):
+    """When the staging Job is replaced (delete before replace), the engine asks the job's
+    provider to diff with the inputs that depend on it unknown (calculateDependentReplacements);
+    the answer must be a delete-before-replace, so the run is stopped before staging runs."""
+    olds = inputs("http://127.0.0.1:1", "true", staged="staging-0123456789")
+    unknown = {**olds, "staged": grpo_job.rpc.UNKNOWN}
+    diff = provider.diff(olds["submission_id"], olds, unknown)
+    assert diff.replaces == ["staged"] and diff.delete_before_replace
+    restaged = {**olds, "staged": "staging-abcdef0123"}
+    assert provider.diff(olds["submission_id"], olds, restaged).replaces == ["staged"]
+
+
+def test_restaging_stops_the_run_and_resubmits_it_after_staging_resuming(
+    ray_head, provider, tmp_path
+):
+    """The engine's order for a re-staging: delete the job (it stops), replace the staging Job
+    (no live run while it writes), create the job again: same submission id, same run, and the
+    trainer resumes from its checkpoint."""
+    engine = Engine(provider)
+    news = inputs(ray_head.dashboard_url, trainer(tmp_path, 200, 0.2, save_freq=1),
+                  staged="staging-0123456789")
+    resource = news["metadata"]["verl-gke-resource"]
+    engine.up(news)
+    time.sleep(1.5)  # a few steps, a few checkpoints
+
+    # Dependent replacement: diff with `staged` unknown, then delete before anything else.
+    unknown = {**news, "staged": grpo_job.rpc.UNKNOWN}
+    diff = provider.diff(engine.state.id, engine.state.outputs, unknown)
+    assert diff.replaces == ["staged"]
+    provider.delete(engine.state.id, engine.state.outputs)
+    assert live_for(ray_head, resource) == []  # nothing runs while staging rewrites /data
+    saved = int((tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text())
+    assert saved >= 1
+
+    engine.state = None  # the engine recorded the delete
+    assert engine.up({**news, "staged": "staging-abcdef0123"}) == "create"
+    assert engine.state.id == news["submission_id"]
+    wait_status(ray_head, news["submission_id"], {"RUNNING"})
+    deadline = time.monotonic() + 30
+    while "Load from checkpoint folder" not in job_log(ray_head, news["submission_id"]):
+        assert time.monotonic() < deadline, "the resubmitted run did not resume"
+        time.sleep(0.2)
+    resumed = f"Load from checkpoint folder: {tmp_path / 'ckpt'}/global_step_{saved}"
+    assert resumed in job_log(ray_head, news["submission_id"])
+    stop_all(ray_head, resource)

@@ -315,6 +315,10 @@ def test_port_forward_path_end_to_end(ray_head, provider, fake_kubectl):
     )
     assert created.outs["status"] == "SUCCEEDED"
     assert ray_job(ray_head, created.id)["status"] == "SUCCEEDED"  # really went through
+    # Refresh hands inputs back to the engine as plain values: never the kubeconfig.
+    refreshed = provider.read(created.id, created.outs)
+    assert refreshed.outs["status"] == "SUCCEEDED"
+    assert "access" not in refreshed.inputs and KUBECONFIG not in json.dumps(refreshed.inputs)
 
     calls = [json.loads(line) for line in fake_kubectl.read_text().splitlines()]
     assert calls, "the fake kubectl was never run"

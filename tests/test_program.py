@@ -366,7 +366,11 @@ def test_plan_records_options_and_dependencies_as_the_engine_gets_them(tmp_path)
     iam = by_name[("gcp:storage/bucketIAMMember:BucketIAMMember", "storage-object-user")]
     assert iam["inputsFrom"]["bucket"] == [bucket["urn"]]
     run = by_name[(GRPO_RUN, "grpo-run")]
-    assert job["urn"] in run["dependsOn"]  # explicit: the job reads what staging wrote
+    # The job reads what staging wrote, and its `staged` input comes from the staging Job's
+    # name: when staging is replaced (delete before replace), the engine's dependent-replacement
+    # pass (pulumi/pulumi pkg/resource/deploy/step_generator.go calculateDependentReplacements)
+    # follows property dependencies only, sees this one and stops the training job first.
+    assert run["inputsFrom"]["staged"] == [job["urn"]]
     assert urn[("kubernetes:ray.io/v1:RayCluster", "ray-ray-cluster")] in run["inputsFrom"]["access"]
 
 

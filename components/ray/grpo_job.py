@@ -310,7 +310,11 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 return dynamic.ReadResult("", {})  # gone from Ray: drop it from the stack
             observed = _observed(jobs, info, props)
             outs = {**props, **observed, "job_state": _job_state(observed)}
-            inputs = {key: outs.get(key) for key in _INPUT_KEYS}
+            # The inputs the next diff starts from carry the finding (check turns it into the
+            # preview's reason). `access` is left out: it holds the kubeconfig, and inputs a
+            # provider returns are plain values (pulumi/dynamic/__main__.py Read serializes them
+            # without secrets), so it is never handed back where it could lose its secretness.
+            inputs = {key: outs.get(key) for key in _INPUT_KEYS if key != "access"}
             return dynamic.ReadResult(id_, outs, inputs)
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:

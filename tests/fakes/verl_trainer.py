@@ -72,8 +72,10 @@ def _resume(directory: str | None) -> int:
 
 def _save(directory: str, step: int) -> None:
     os.makedirs(os.path.join(directory, f"global_step_{step}"), exist_ok=True)
-    with open(os.path.join(directory, TRACKER), "w") as file:
+    partial = os.path.join(directory, TRACKER + ".partial")
+    with open(partial, "w") as file:
         file.write(str(step))
+    os.replace(partial, os.path.join(directory, TRACKER))  # a stop mid-write leaves the old one
 
 
 def _filler(megabytes: float) -> None:
