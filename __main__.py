@@ -20,6 +20,7 @@ from components.storage.model_staging import ModelStaging, ModelStagingArgs
 from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
 from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
 from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.ray.trackers import TrackerCredentials, TrackerCredentialsArgs
 from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
 
 cfg = config.from_pulumi()
@@ -124,6 +125,13 @@ staging = ModelStaging(
     opts=in_namespace,
 )
 
+# The experiment trackers' keys, for the Ray pods only (never job inputs).
+trackers = TrackerCredentials(
+    "trackers",
+    TrackerCredentialsArgs(namespace=cfg.namespace, env=config.tracker_env(cfg)),
+    opts=in_namespace,
+)
+
 dra = None
 if dranet:
     dra = NvidiaDraDriver(
@@ -147,6 +155,7 @@ ray = VerlRayCluster(
         rdma_claim_template=dra.rdma_claim_template if dra else None,
         compute_domain_claim_template=dra.compute_domain_claim_template if dra else None,
         operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
+        tracker_secret=trackers.secret_name,
     ),
     opts=pulumi.ResourceOptions.merge(
         in_namespace, pulumi.ResourceOptions(depends_on=[*ray_prerequisites, installer])

@@ -65,6 +65,7 @@ from components.schema.run import (
     run_dir_name,
     run_problems,
     runtime_env,
+    tensorboard_dir,
 )
 
 # Bump when the provider's behaviour changes: a changed input makes the engine call update,
@@ -144,8 +145,8 @@ class GrpoJob(pulumi.ComponentResource):
         super().__init__("verl-gke:index:GrpoJob", name, None, opts)
         _validate(args)
         command = entrypoint(args.run, args.profile, args.nodes, args.model_revision)
-        env = runtime_env(args.profile, args.nodes)
         run_dir = run_dir_name(args.run, args.profile, args.nodes, args.model_revision)
+        env = runtime_env(args.profile, args.nodes, tensorboard_dir(args.run, run_dir))
         inputs = {
             "submission_id": submission_id(pulumi.get_stack(), name, command, env),
             "entrypoint": command,

@@ -99,6 +99,8 @@ class VerlRayClusterArgs:
         ComputeDomain's IMEX channel.
     operator: default GKE_ADDON; HELM installs the pinned namespace-scoped KubeRay operator.
     image: default `pins.VERL_IMAGES[profile.arch]`; a tag or digest, never a floating tag.
+    tracker_secret: a Secret of env vars for every Ray container (`envFrom`, optional so a pod
+        never waits on it); default: none.
     """
 
     profile: HardwareProfile
@@ -113,6 +115,9 @@ class VerlRayClusterArgs:
     compute_domain_claim_template: pulumi.Input[str] | None = None
     operator: RayOperator = RayOperator.GKE_ADDON
     image: str | None = None
+    # A Secret whose keys become env vars of the head and the workers (the trackers' keys,
+    # components/ray/trackers.py); default: none.
+    tracker_secret: pulumi.Input[str] | None = None
 
     def __post_init__(self) -> None:
         if self.mode in tuple(ClusterMode):
@@ -253,6 +258,14 @@ def render_ray_cluster(args: VerlRayClusterArgs) -> dict[str, Any]:
     }
 
 
+def _env_from(args: VerlRayClusterArgs) -> dict[str, Any]:
+    """The trackers' Secret as env vars: the raylet, and every Ray worker it starts (the
+    trainer's TaskRunner included), inherit the container's env."""
+    if args.tracker_secret is None:
+        return {}
+    return {"envFrom": [{"secretRef": {"name": args.tracker_secret, "optional": True}}]}
+
+
 def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
     start_params = {"dashboard-host": "0.0.0.0"}
     if args.head_on_gpu_node:
@@ -267,6 +280,7 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
             {"name": "ray-logs", "mountPath": "/tmp/ray"},
             {"name": BUCKET_VOLUME, "mountPath": DATA_MOUNT},
         ],
+        **_env_from(args),
     }
     pod_spec = {
         "serviceAccountName": args.service_account,
@@ -302,6 +316,7 @@ def _worker_group(args: VerlRayClusterArgs) -> dict[str, Any]:
             {"name": "ray-tmp-storage", "mountPath": "/tmp"},
             {"name": BUCKET_VOLUME, "mountPath": DATA_MOUNT},
         ],
+        **_env_from(args),
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": args.service_account,

@@ -104,6 +104,17 @@ class StackConfig(BaseModel):
         None, description="Bucket for model, data and checkpoints; default `<clusterName>-<project>`."
     )
     hf_token: SecretStr | None = Field(None, description="Hugging Face token (secret).")
+    wandb_api_key: SecretStr | None = Field(
+        None, description="Weights & Biases API key (secret); required by job.logger wandb."
+    )
+    mlflow_tracking_uri: SecretStr | None = Field(
+        None,
+        description="MLflow tracking server URI (secret: it may carry credentials); required "
+        "by job.logger mlflow.",
+    )
+    mlflow_tracking_token: SecretStr | None = Field(
+        None, description="MLflow tracking token (secret), if the server wants one."
+    )
     deletion_protection: bool = Field(True, description="GKE cluster deletion protection.")
     delete_bucket_on_destroy: bool = Field(
         False, description="Delete the bucket and its checkpoints on `pulumi destroy`."
@@ -175,7 +186,7 @@ KEYS.pop("project")
 
 # Pulumi.yaml's defaults for keys whose real default is derived: they mean "not set".
 UNSET = {"gpuNodes": "0"}
-_SECRET_KEYS = ("hfToken",)
+_SECRET_KEYS = ("hfToken", "wandbApiKey", "mlflowTrackingUri", "mlflowTrackingToken")
 
 
 def load(raw: Mapping[str, Any], secret_keys: Collection[str] = ()) -> StackConfig:
@@ -273,7 +284,7 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
     key = "gcp:project" if top == "project" else f"{NAMESPACE}:{'.'.join(path)}"
     if error["type"] == "missing":
         return f"{key} is required: set it with `pulumi config set {key} <value>`"
-    shown = "[secret]" if top == "hfToken" else repr(error.get("input"))
+    shown = "[secret]" if top in _SECRET_KEYS else repr(error.get("input"))
     fix = _FIXES.get(top, "see its description in Pulumi.yaml")
     if top in ("job", "staging") and error["type"] == "extra_forbidden":
         fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in Pulumi.yaml"
@@ -344,7 +355,40 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             f"huggingface.co/settings/tokens), or set {NAMESPACE}:staging.skip to true for a "
             "bucket you filled yourself"
         )
+    problems += tracker_problems(config)
     if not nodes_problem:  # the run's checks divide by the GPU count
         problems += run_problems(config.run, hw, config.nodes)
     problems += staging_problems(config.staging)
     return problems
+
+
+# Each tracker of job.logger and the secret key it cannot work without, with where to get it.
+_TRACKER_KEYS = {
+    "wandb": ("wandbApiKey", "wandb_api_key", "an API key from wandb.ai/authorize"),
+    "mlflow": ("mlflowTrackingUri", "mlflow_tracking_uri", "your tracking server's URI"),
+}
+
+
+def tracker_problems(config: StackConfig) -> list[str]:
+    """A logger without its credentials fails in verl's Tracking at the first step, hours in;
+    here it is refused before anything is created."""
+    problems = []
+    for logger, (key, field, what) in _TRACKER_KEYS.items():
+        if logger in config.job.loggers and getattr(config, field) is None:
+            problems.append(
+                f"{NAMESPACE}:job.logger includes {logger}, but {NAMESPACE}:{key} is not set: "
+                f"run `pulumi config set --secret {NAMESPACE}:{key} <value>` ({what}), or "
+                f"remove {logger} from {NAMESPACE}:job.logger"
+            )
+    return problems
+
+
+def tracker_env(config: StackConfig) -> dict[str, str]:
+    """The trackers' credentials as the env vars their clients read (wandb: WANDB_API_KEY;
+    mlflow: MLFLOW_TRACKING_URI, MLFLOW_TRACKING_TOKEN), plain values for a secret Output."""
+    values = {
+        "WANDB_API_KEY": config.wandb_api_key,
+        "MLFLOW_TRACKING_URI": config.mlflow_tracking_uri,
+        "MLFLOW_TRACKING_TOKEN": config.mlflow_tracking_token,
+    }
+    return {name: value.get_secret_value() for name, value in values.items() if value}

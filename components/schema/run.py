@@ -57,6 +57,19 @@ _RUN_DIR = re.compile(r"^(?P<dir>[a-z0-9][-a-z0-9]*-(?P<gpus>[0-9]+)gpu-[0-9a-f]
 
 OverrideValue = str | int | float | bool
 
+# The trackers of verl's Tracking (verl/utils/tracking.py) this program configures: wandb and
+# mlflow get their credentials from a Kubernetes Secret in the Ray pods' env, tensorboard writes
+# to the run's directory (TENSORBOARD_DIR). verl's others (swanlab, clearml, ...) would need
+# credentials the program does not deliver, so they are refused rather than failing on the GPUs.
+SUPPORTED_LOGGERS = ("console", "wandb", "mlflow", "tensorboard")
+TENSORBOARD_SUBDIR = "tensorboard"
+
+
+def parse_loggers(value: str) -> list[str]:
+    """`console` or `[console,wandb]` (Hydra's list syntax, as trainer.logger takes it)."""
+    return [name.strip().strip("'\"") for name in value.strip().strip("[]").split(",")
+            if name.strip()]
+
 
 class WaitFor(str, enum.Enum):
     """How far `pulumi up` follows the job before reporting it created."""
@@ -140,7 +153,10 @@ class GrpoRunConfig(BaseModel):
     )
     kl_coef: float = Field(0.001, ge=0, description="algorithm.kl_ctrl.kl_coef.")
     logger: str = Field(
-        "console", description="trainer.logger, e.g. console or [console,wandb]."
+        "console",
+        description="trainer.logger: console, wandb, mlflow, tensorboard, or a list such as "
+        "[console,wandb]. wandb needs verl-gke:wandbApiKey, mlflow verl-gke:mlflowTrackingUri "
+        "(both secret); tensorboard writes to the run's directory on the bucket.",
     )
     val_before_train: bool | None = Field(
         None,
@@ -197,6 +213,21 @@ class GrpoRunConfig(BaseModel):
         "a job that fails up to this many times, each resuming from its checkpoints "
         "(KubeRay RayJob's backoffLimit). default: 0.",
     )
+
+    @field_validator("logger")
+    @classmethod
+    def _known_loggers(cls, value: str) -> str:
+        unknown = [name for name in parse_loggers(value) if name not in SUPPORTED_LOGGERS]
+        if unknown or not parse_loggers(value):
+            raise ValueError(
+                f"{CONFIG_KEY}.logger={quoted(value)} names {', '.join(unknown) or 'no logger'}:"
+                f" use {', '.join(SUPPORTED_LOGGERS)}, or a list such as [console,wandb]"
+            )
+        return value
+
+    @property
+    def loggers(self) -> list[str]:
+        return parse_loggers(self.logger)
 
     @field_validator("run_name")
     @classmethod
@@ -460,7 +491,9 @@ _DRANET_NCCL_ENV = {
 _VERL_ENV = {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
 
-def runtime_env(profile: HardwareProfile, nodes: int) -> dict:
+def runtime_env(
+    profile: HardwareProfile, nodes: int, tensorboard_dir: str | None = None
+) -> dict:
     """The Ray runtime env of the job: env vars only.
 
     No `working_dir`, `py_modules` or `pip`: verl is already on the bucket (PYTHONPATH) and in
@@ -484,7 +517,18 @@ def runtime_env(profile: HardwareProfile, nodes: int) -> dict:
         env["GPUS_PER_WORKER"] = str(profile.gpus_per_node)
     else:
         env.update(_DRANET_NCCL_ENV)
+    if tensorboard_dir:
+        # verl's TensorBoard adapter writes where this says (verl/utils/tracking.py
+        # _TensorboardAdapter); default: a relative path under the working dir, /data/verl.
+        env["TENSORBOARD_DIR"] = tensorboard_dir
     return {"env_vars": env}
+
+
+def tensorboard_dir(run: GrpoRunConfig, run_dir: str) -> str | None:
+    """The run's TensorBoard directory on the bucket, when the run logs to TensorBoard."""
+    if "tensorboard" not in run.loggers:
+        return None
+    return f"{CHECKPOINT_ROOT}/{run_dir}/{TENSORBOARD_SUBDIR}"
 
 
 def checkpoint_uri(bucket_url: str) -> str:
