@@ -220,6 +220,8 @@ pulumi.export(
         "metrics": job.metrics,
         "checkpointUri": job.checkpoint_uri,
         "runDir": job.run_dir,
+        "modelUri": job.model_uri,
+        "exportStatus": job.export_status,
     },
 )
 pulumi.export(

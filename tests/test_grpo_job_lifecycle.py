@@ -8,6 +8,7 @@ so "resumes from its checkpoints" is checked in the job's own log.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import tracemalloc
@@ -20,6 +21,7 @@ import requests
 from components.ray import grpo_job
 from components.ray.grpo_job import GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RequestPolicy
+from components.schema.run import export_command
 from tests.engine import Engine
 from tests.tcp_proxy import tcp_proxy
 
@@ -57,6 +59,8 @@ def inputs(address: str, command: str, wait_for: str = "running", **overrides) -
         "access": {"address": address},
         "checkpoint_uri": "gs://bucket/checkpoints/grpo-16gpu-0123456789ab",
         "run_dir": "grpo-16gpu-0123456789ab",
+        "export_entrypoint": None,
+        "model_uri": None,
         "version": grpo_job.PROVIDER_VERSION,
         "job_state": "",
         **overrides,
@@ -326,3 +330,62 @@ def test_restaging_stops_the_run_and_resubmits_it_after_staging_resuming(
     resumed = f"Load from checkpoint folder: {tmp_path / 'ckpt'}/global_step_{saved}"
     assert resumed in job_log(ray_head, news["submission_id"])
     stop_all(ray_head, resource)
+
+
+# --- 7. A model you can serve ---------------------------------------------------------------
+
+
+def _with_export(tmp_path: Path, news: dict) -> dict:
+    """Inputs whose export runs the real export command with the fake merger, on tmp_path."""
+    command = export_command(
+        "run", merger=f"{sys.executable} {FAKES / 'model_merger.py'}",
+        root=str(tmp_path), workdir=str(tmp_path),
+    )
+    return {**news, "export_entrypoint": command, "model_uri": "gs://bucket/checkpoints/run/huggingface"}
+
+
+def test_a_succeeded_run_is_exported_to_a_hugging_face_model(ray_head, provider, said, tmp_path):
+    """waitFor=succeeded: once the run SUCCEEDS, create runs the merger on its last checkpoint
+    and the model lands, whole, in <run>/huggingface; the export is reported as an output."""
+    news = _with_export(tmp_path, inputs(
+        ray_head.dashboard_url, f"{TRAINER} --steps 3 --sleep 0.05 --checkpoint-dir {tmp_path / 'run'}",
+        "succeeded"))
+    created = provider.create(news)
+    assert created.outs["status"] == "SUCCEEDED" and created.outs["export_status"] == "SUCCEEDED"
+    model = tmp_path / "run" / "huggingface"
+    assert json.loads((model / "config.json").read_text())["merged_from"] == "global_step_3"
+    assert not (tmp_path / "run" / "huggingface.partial").exists()
+    assert any("model exported to gs://bucket/checkpoints/run/huggingface" in l for l in said)
+
+
+def test_a_run_that_succeeds_after_up_is_exported_by_up_refresh(ray_head, provider, tmp_path):
+    """waitFor=running: refresh finds the run SUCCEEDED and not exported, the preview says so,
+    and the update exports without resubmitting the run."""
+    engine = Engine(provider)
+    news = _with_export(tmp_path, inputs(
+        ray_head.dashboard_url, f"{TRAINER} --steps 3 --sleep 0.3 --checkpoint-dir {tmp_path / 'run'}"))
+    engine.up(news)
+    assert engine.state.outputs["export_status"] is None
+    wait_status(ray_head, news["submission_id"], {"SUCCEEDED"})
+    started = engine.state.outputs["start_time"]
+
+    engine.refresh()
+    diff, checked = engine.preview(news)
+    assert diff.changes and not diff.replaces
+    assert checked["job_state"] == "SUCCEEDED, model not exported; exporting"
+    assert engine.up(news) == "update"
+    assert engine.state.outputs["export_status"] == "SUCCEEDED"
+    assert engine.state.outputs["start_time"] == started  # the run itself was not resubmitted
+    assert (tmp_path / "run" / "huggingface" / "model.safetensors").read_text() == "global_step_3"
+    engine.refresh()
+    assert engine.preview(news)[0].changes is False
+
+
+def test_a_failed_export_says_the_checkpoints_are_intact(ray_head, provider, tmp_path):
+    """A merger that fails (no checkpoint to merge) fails up with its log and the way on."""
+    news = _with_export(tmp_path, inputs(ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0",
+                                         "succeeded"))
+    with pytest.raises(RayAccessError, match="exporting its model ended FAILED") as failure:
+        provider.create(news)
+    assert "pulumi up --refresh" in str(failure.value)
+    assert "verl-gke:job.exportModel" in str(failure.value)

@@ -319,6 +319,8 @@ def test_outputs_are_the_documented_contract(program):
     run_dir = out["job"]["runDir"]
     assert re.fullmatch(rf"grpo-{hw.gpus_per_node * nodes}gpu-[0-9a-f]{{12}}", run_dir)
     assert out["job"]["checkpointUri"] == f"gs://verl-example-project/checkpoints/{run_dir}"
+    # exportModel is on by default: the Hugging Face model's place in the run's directory.
+    assert out["job"]["modelUri"] == f"gs://verl-example-project/checkpoints/{run_dir}/huggingface"
     assert out["hardware"] == {
         "target": stack, "gpuType": hw.gpu_type, "machineType": hw.machine_type,
         "gpusPerNode": hw.gpus_per_node, "nodes": nodes, "totalGpus": hw.gpus_per_node * nodes,

@@ -61,7 +61,9 @@ from components.ray.ray_access import (
 from components.schema.run import (
     GrpoRunConfig,
     WaitFor,
+    EXPORT_SUBDIR,
     entrypoint,
+    export_command,
     run_dir_name,
     run_problems,
     runtime_env,
@@ -89,13 +91,18 @@ _REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "staged")
 # a refresh's finding (see _job_state).
 _UPDATE_KEYS = (
     "metadata", "wait_for", "timeout_s", "max_retries", "access", "checkpoint_uri", "run_dir",
-    "version", "job_state",
+    "export_entrypoint", "model_uri", "version", "job_state",
 )
 _INPUT_KEYS = (*_REPLACE_KEYS, *_UPDATE_KEYS)
-_OUTPUT_KEYS = ("status", "message", "start_time", "end_time", "dashboard_path", "metrics")
+_OUTPUT_KEYS = (
+    "status", "message", "start_time", "end_time", "dashboard_path", "metrics", "export_status",
+)
 # What check appends to a refresh's finding, so that the preview reads
-# `jobState: "FAILED at step 12" => "FAILED at step 12; resubmitting"`.
+# `jobState: "FAILED at step 12" => "FAILED at step 12; resubmitting"`, or
+# `"SUCCEEDED, model not exported" => "SUCCEEDED, model not exported; exporting"`.
 _RESUBMITTING = "; resubmitting"
+_EXPORTING = "; exporting"
+_NOT_EXPORTED = "SUCCEEDED, model not exported"
 # Metadata keys that name the stack and the resource of a job (see _metadata).
 STACK_KEY, RESOURCE_KEY = "verl-gke-stack", "verl-gke-resource"
 
@@ -136,6 +143,8 @@ class GrpoJob(pulumi.ComponentResource):
     dashboard_path: pulumi.Output[str]
     checkpoint_uri: pulumi.Output[str]  # the run's own directory, gs://<bucket>/checkpoints/<run>
     run_dir: str  # <runName>-<N>gpu-<digest>
+    model_uri: pulumi.Output[str | None]  # <checkpoint_uri>/huggingface; None without export
+    export_status: pulumi.Output[str | None]  # the export job's status once it ran
     entrypoint: pulumi.Output[str]
     metrics: pulumi.Output[dict[str, float]]
 
@@ -147,6 +156,10 @@ class GrpoJob(pulumi.ComponentResource):
         command = entrypoint(args.run, args.profile, args.nodes, args.model_revision)
         run_dir = run_dir_name(args.run, args.profile, args.nodes, args.model_revision)
         env = runtime_env(args.profile, args.nodes, tensorboard_dir(args.run, run_dir))
+        run_uri = pulumi.Output.from_input(args.checkpoint_uri).apply(
+            lambda root: f"{root.rstrip('/')}/{run_dir}"
+        )
+        export = args.run.export_model
         inputs = {
             "submission_id": submission_id(pulumi.get_stack(), name, command, env),
             "entrypoint": command,
@@ -157,10 +170,10 @@ class GrpoJob(pulumi.ComponentResource):
             "timeout_s": args.run.timeout_minutes * 60,
             "max_retries": args.run.max_retries,
             "access": _access(args),
-            "checkpoint_uri": pulumi.Output.from_input(args.checkpoint_uri).apply(
-                lambda root: f"{root.rstrip('/')}/{run_dir}"
-            ),
+            "checkpoint_uri": run_uri,
             "run_dir": run_dir,
+            "export_entrypoint": export_command(run_dir) if export else None,
+            "model_uri": run_uri.apply(lambda uri: f"{uri}/{EXPORT_SUBDIR}") if export else None,
             "version": PROVIDER_VERSION,
             "job_state": "",
         }
@@ -178,6 +191,8 @@ class GrpoJob(pulumi.ComponentResource):
         self.dashboard_path = job.dashboard_path
         self.checkpoint_uri = job.checkpoint_uri
         self.run_dir = run_dir
+        self.model_uri = job.model_uri
+        self.export_status = job.export_status
         self.entrypoint = job.entrypoint
         self.metrics = job.metrics
         self.register_outputs({
@@ -188,6 +203,8 @@ class GrpoJob(pulumi.ComponentResource):
             "dashboardPath": self.dashboard_path,
             "checkpointUri": self.checkpoint_uri,
             "runDir": self.run_dir,
+            "modelUri": self.model_uri,
+            "exportStatus": self.export_status,
             "entrypoint": self.entrypoint,
             "metrics": self.metrics,
         })
@@ -241,6 +258,8 @@ class _GrpoRun(dynamic.Resource, module="verl-gke", name="GrpoRun"):
     submission_id: pulumi.Output[str]
     entrypoint: pulumi.Output[str]
     checkpoint_uri: pulumi.Output[str]
+    model_uri: pulumi.Output[str | None]
+    export_status: pulumi.Output[str | None]
     status: pulumi.Output[str]
     message: pulumi.Output[str]
     start_time: pulumi.Output[str | None]
@@ -268,8 +287,9 @@ class GrpoJobProvider(dynamic.ResourceProvider):
     def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
         failures = [dynamic.CheckFailure(key, reason) for key, reason in _input_problems(news)]
         found = (olds or {}).get("job_state") or ""
-        if found and not found.endswith(_RESUBMITTING):
-            news = {**news, "job_state": found + _RESUBMITTING}
+        if found and not found.endswith((_RESUBMITTING, _EXPORTING)):
+            action = _EXPORTING if found == _NOT_EXPORTED else _RESUBMITTING
+            news = {**news, "job_state": found + action}
         return dynamic.CheckResult(news, failures)
 
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
@@ -282,10 +302,12 @@ class GrpoJobProvider(dynamic.ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         changed = [key for key in _INPUT_KEYS if olds.get(key) != news.get(key)]
-        # A refresh found the job FAILED or STOPPED: update resubmits it (see check).
+        # A refresh found the job FAILED or STOPPED (update resubmits it), or SUCCEEDED without
+        # its model exported (update exports it); see check.
         resubmit = olds.get("status") in _RESUBMITTABLE
+        export = _export_pending(olds, news)
         return dynamic.DiffResult(
-            changes=bool(changed) or resubmit,
+            changes=bool(changed) or resubmit or export,
             replaces=[key for key in changed if key in _REPLACE_KEYS],
             delete_before_replace=True,
         )
@@ -310,7 +332,9 @@ class GrpoJobProvider(dynamic.ResourceProvider):
             if info is None:
                 return dynamic.ReadResult("", {})  # gone from Ray: drop it from the stack
             observed = _observed(jobs, info, props)
-            outs = {**props, **observed, "job_state": _job_state(observed)}
+            observed["export_status"] = _export_status(jobs, props)
+            outs = {**props, **observed}
+            outs["job_state"] = _job_state(outs)
             # The inputs the next diff starts from carry the finding (check turns it into the
             # preview's reason). `access` is left out: it holds the kubeconfig, and inputs a
             # provider returns are plain values (pulumi/dynamic/__main__.py Read serializes them
@@ -342,7 +366,11 @@ class GrpoJobProvider(dynamic.ResourceProvider):
 
     def _follow(self, jobs: RayJobs, props: dict[str, Any], progress: "_Progress") -> dict:
         info = _wait(jobs, props, self.policy, progress)
-        return {**props, **_observed(jobs, info, props), "job_state": ""}
+        outs = {**props, **_observed(jobs, info, props), "job_state": ""}
+        outs["export_status"] = props.get("export_status")
+        if info["status"] == "SUCCEEDED" and props.get("export_entrypoint"):
+            outs["export_status"] = _export(jobs, props, self.policy, progress)
+        return outs
 
     def _stop(self, jobs: RayJobs) -> None:
         info = jobs.info()
@@ -352,7 +380,9 @@ class GrpoJobProvider(dynamic.ResourceProvider):
 
 
 def _job_state(observed: dict[str, Any]) -> str:
-    """What a refresh records for the next preview: why the job would be resubmitted, or ""."""
+    """What a refresh records for the next preview: why update would act, or "" for nothing."""
+    if _export_pending(observed, observed):
+        return _NOT_EXPORTED
     if observed["status"] not in _RESUBMITTABLE:
         return ""
     step = (observed.get("metrics") or {}).get("step")
@@ -392,6 +422,54 @@ class _Progress:
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def _export_pending(olds: dict[str, Any], news: dict[str, Any]) -> bool:
+    """The run SUCCEEDED, an export is wanted and has not succeeded yet."""
+    return (
+        olds.get("status") == "SUCCEEDED"
+        and bool(news.get("export_entrypoint"))
+        and olds.get("export_status") != "SUCCEEDED"
+    )
+
+
+def _export_id(submission_id: str) -> str:
+    return f"{submission_id}-export"
+
+
+def _export_status(jobs: RayJobs, props: dict[str, Any]) -> str | None:
+    """The export job's status in Ray, or what the state last said if Ray has no record."""
+    if not props.get("export_entrypoint"):
+        return None
+    info = RayJobs(jobs.dashboard, _export_id(jobs.submission_id), jobs.policy).info()
+    return info["status"] if info else props.get("export_status")
+
+
+def _export(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: "_Progress") -> str:
+    """Run verl's model merger on the run's last checkpoint as a Ray job, once per run.
+
+    Its submission id is the run's with `-export`: a retried `pulumi up` adopts it, a FAILED one
+    is submitted again (the merger writes to a scratch directory and renames it into place).
+    """
+    export = RayJobs(jobs.dashboard, _export_id(jobs.submission_id), policy)
+    metadata = {**props["metadata"], "verl-gke-role": "model-export"}
+    progress.say(f"SUCCEEDED; exporting the model to {props.get('model_uri') or 'the run dir'}")
+    if not export.submit(props["export_entrypoint"], props["runtime_env"], metadata):
+        info = export.info() or {}
+        if info.get("status") in _RESUBMITTABLE:
+            export.delete()
+            export.submit(props["export_entrypoint"], props["runtime_env"], metadata)
+    deadline = time.monotonic() + props["timeout_s"]
+    info = _poll(export, _TERMINAL, deadline, policy)
+    if info["status"] != "SUCCEEDED":
+        raise RayAccessError(
+            f"the run SUCCEEDED, but {export.where()} exporting its model ended "
+            f"{info['status']} ({info.get('message')}). Last log lines:\n"
+            f"{_log_tail(export, info)}\nThe checkpoints are intact; fix the cause, then run "
+            "`pulumi up --refresh` to export again, or set verl-gke:job.exportModel to false"
+        )
+    progress.say(f"model exported to {props.get('model_uri')}")
+    return info["status"]
 
 
 def _input_problems(news: dict[str, Any]) -> list[tuple[str, str]]:

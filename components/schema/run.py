@@ -207,6 +207,12 @@ class GrpoRunConfig(BaseModel):
         "`job.checkpointUri` output (`grpo-16gpu-0123456789ab`), optionally "
         "`/global_step_<n>`; default: its latest. Refused when its GPU count differs.",
     )
+    export_model: bool = Field(
+        True,
+        description="After the run SUCCEEDS, merge its last checkpoint into a Hugging Face "
+        "model under the run's directory (`<run>/huggingface`, the job.modelUri output) with "
+        "verl's model merger.",
+    )
     max_retries: int = Field(
         0, ge=0, le=100,
         description="While `pulumi up` follows the job (waitFor running or succeeded), resubmit "
@@ -339,6 +345,7 @@ CONTINUATION_FIELDS = frozenset({
     "ppo_micro_batch_size_per_gpu", "rollout_log_prob_micro_batch_size_per_gpu",
     "ref_log_prob_micro_batch_size_per_gpu", "gpu_memory_utilization",
     "metadata", "wait_for", "timeout_minutes", "dashboard_address", "run_name", "max_retries",
+    "export_model",
 })
 # Extra overrides of the same kinds; every other extra override is part of the run's identity.
 CONTINUATION_OVERRIDES = frozenset({
@@ -529,6 +536,32 @@ def tensorboard_dir(run: GrpoRunConfig, run_dir: str) -> str | None:
     if "tensorboard" not in run.loggers:
         return None
     return f"{CHECKPOINT_ROOT}/{run_dir}/{TENSORBOARD_SUBDIR}"
+
+
+# Where the exported Hugging Face model goes, inside the run's directory.
+EXPORT_SUBDIR = "huggingface"
+# verl's FSDP checkpoint merger (verl/model_merger/__main__.py: `python -m verl.model_merger
+# merge --backend fsdp --local_dir <...>/global_step_<n>/actor --target_dir <dir>`).
+MODEL_MERGER = "python3 -m verl.model_merger"
+
+
+def export_command(
+    run_dir: str, merger: str = MODEL_MERGER, root: str = CHECKPOINT_ROOT, workdir: str = VERL_DIR
+) -> str:
+    """The shell command that merges the run's last checkpoint into `<run>/huggingface`.
+
+    The step comes from verl's tracker file; the merger writes to a scratch directory that is
+    renamed into place only when complete (a rename on the bucket's hierarchical namespace), so
+    `<run>/huggingface` is either the previous export or a whole new one, never half of one.
+    """
+    own = f"{root}/{run_dir}"
+    target, scratch = f"{own}/{EXPORT_SUBDIR}", f"{own}/{EXPORT_SUBDIR}.partial"
+    step = f"$(cat {own}/{CHECKPOINT_TRACKER})"
+    actor = f"{own}/{CHECKPOINT_STEP_DIR.format(step)}/actor"
+    return (
+        f"cd {workdir} && rm -rf {scratch} && PYTHONUNBUFFERED=1 {merger} merge --backend fsdp "
+        f"--local_dir {actor} --target_dir {scratch} && rm -rf {target} && mv {scratch} {target}"
+    )
 
 
 def checkpoint_uri(bucket_url: str) -> str:

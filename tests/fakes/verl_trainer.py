@@ -71,7 +71,8 @@ def _resume(directory: str | None) -> int:
 
 
 def _save(directory: str, step: int) -> None:
-    os.makedirs(os.path.join(directory, f"global_step_{step}"), exist_ok=True)
+    # verl saves the actor's shards under global_step_<n>/actor (what the model merger reads).
+    os.makedirs(os.path.join(directory, f"global_step_{step}", "actor"), exist_ok=True)
     partial = os.path.join(directory, TRACKER + ".partial")
     with open(partial, "w") as file:
         file.write(str(step))
