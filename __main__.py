@@ -12,8 +12,9 @@ from components.schema import config
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.ray.cluster_check import ClusterCheck, ClusterCheckArgs
 from components.ray.grpo_job import GrpoJob, GrpoJobArgs
-from components.schema.run import checkpoint_uri
+from components.schema.run import checkpoint_uri, runtime_env
 from components.facts.hardware import NodeNetworking
 from components.facts.layout import HF_SECRET_NAME
 from components.storage.model_staging import ModelStaging, ModelStagingArgs
@@ -162,6 +163,24 @@ ray = VerlRayCluster(
     ),
 )
 
+# GPUs, RDMA fabric and bucket checked before any GPU hour goes to training.
+check = None
+if not cfg.run.skip_cluster_check:
+    check = ClusterCheck(
+        "cluster-check",
+        ClusterCheckArgs(
+            profile=hw,
+            nodes=cfg.nodes,
+            model_path=staging.model_path,
+            runtime_env=runtime_env(hw, cfg.nodes),
+            namespace=cfg.namespace,
+            head_service=ray.head_service,
+            kubeconfig=gke.kubeconfig,
+            dashboard_address=cfg.run.dashboard_address,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[staging]),
+    )
+
 # The final resource: the training run, once the RayCluster is ready and the bucket is filled.
 job = GrpoJob(
     "grpo",
@@ -176,6 +195,7 @@ job = GrpoJob(
         model_revision=cfg.model_revision,
         # A re-staging replaces (first stops) the run: no file under /data changes beneath it.
         staged=staging.job_name,
+        checked=check.check_id if check else None,
     ),
     opts=pulumi.ResourceOptions(depends_on=[staging]),
 )
@@ -223,6 +243,17 @@ pulumi.export(
         "modelUri": job.model_uri,
         "exportStatus": job.export_status,
     },
+)
+pulumi.export(
+    "clusterCheck",
+    {
+        "status": check.status,
+        "busBandwidthGbs": check.bus_bandwidth_gbs,
+        "readMbps": check.read_mbps,
+        "inventory": check.inventory,
+    }
+    if check
+    else {"status": "SKIPPED"},
 )
 pulumi.export(
     "staging",

@@ -437,3 +437,30 @@ def test_job_model_path_follows_the_staged_model():
     recording = _run_with("a4", {"verl-gke:staging": json.dumps(staging)})
     overrides = _overrides(recording.one(GRPO_RUN).plain_inputs["entrypoint"])
     assert overrides["actor_rollout_ref.model.path"] == "/data/Qwen2.5-7B-Instruct"
+
+
+CHECK_RUN = "pulumi-python:dynamic/verl-gke:ClusterCheckRun"
+
+
+def test_cluster_check_runs_before_the_job_and_a_recheck_stops_the_job_first():
+    """The check waits for the RayCluster and staging; the job's `checked` input comes from the
+    check, so a re-check (replace, delete first) stops training before it takes the GPUs. The
+    check expects the target's GPUs and floors."""
+    _, recording = rendered("a3u", "standard")
+    check = recording.one(CHECK_RUN)
+    run = recording.one(GRPO_RUN)
+    ray_cluster = recording.one("kubernetes:ray.io/v1:RayCluster")
+    assert ray_cluster.urn in check.dependencies
+    assert run.input_dependencies["checked"] == {check.urn}
+    want = check.plain_inputs["expected"]
+    assert (want["gpus_per_node"], want["gpu_name"], want["nodes"]) == (8, "H200", 2)
+    assert want["min_busbw_gbs"] == 25.0
+    assert "--read-path /data/Qwen2.5-32B-Instruct" in check.plain_inputs["entrypoint"]
+
+
+def test_skip_cluster_check_leaves_it_out():
+    """job.skipClusterCheck: no check resource, the job does not wait for one, output says so."""
+    recording = _run_with("a4", {"verl-gke:job": json.dumps({"skipClusterCheck": True})})
+    assert recording.of_type(CHECK_RUN) == []
+    assert recording.one(GRPO_RUN).plain_inputs.get("checked") is None
+    assert recording.plain_outputs()["clusterCheck"] == {"status": "SKIPPED"}

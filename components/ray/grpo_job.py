@@ -85,7 +85,7 @@ _REACHED = {
 # Inputs that define the run: changing one is a different job. The id already hashes the
 # entrypoint and env; listing them keeps the plan's reason readable. `staged` is the staging
 # Job's name, which changes with what it stages: a re-staging replaces (stops) the job first.
-_REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "staged")
+_REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "staged", "checked")
 # Inputs that only change how the job is followed or described; Ray keeps a job's metadata
 # from its submission, so a metadata change is recorded in the stack only. `job_state` carries
 # a refresh's finding (see _job_state).
@@ -131,6 +131,9 @@ class GrpoJobArgs:
     # The staging Job's name (None when staging is skipped): it changes whenever staging would
     # rewrite files under /data, and the job is replaced, i.e. stopped first, when it does.
     staged: pulumi.Input[str | None] = None
+    # The ClusterCheck's id (None when skipped): a re-check replaces, i.e. first stops, the job,
+    # since both need every GPU; the job then resumes from its checkpoints.
+    checked: pulumi.Input[str | None] = None
 
 
 class GrpoJob(pulumi.ComponentResource):
@@ -165,6 +168,7 @@ class GrpoJob(pulumi.ComponentResource):
             "entrypoint": command,
             "runtime_env": env,
             "staged": args.staged,
+            "checked": args.checked,
             "metadata": _metadata(args, name),
             "wait_for": args.run.wait_for.value,
             "timeout_s": args.run.timeout_minutes * 60,
@@ -225,10 +229,10 @@ def submission_id(stack: str, name: str, command: str, env: dict) -> str:
     """verl-gke-<stack>-<name>-<12 hex of the run's config>: same config, same id."""
     config = json.dumps({"entrypoint": command, "runtime_env": env}, sort_keys=True)
     digest = hashlib.sha256(config.encode()).hexdigest()[:12]
-    return "-".join(["verl-gke", _slug(stack), _slug(name), digest])
+    return "-".join(["verl-gke", slug(stack), slug(name), digest])
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
 
 
@@ -242,13 +246,22 @@ def _metadata(args: GrpoJobArgs, name: str) -> dict[str, str]:
 
 
 def _access(args: GrpoJobArgs) -> dict[str, Any]:
-    if args.run.dashboard_address is not None:
-        return {"address": args.run.dashboard_address}
+    return access_inputs(args.run.dashboard_address, args.kubeconfig, args.namespace,
+                         args.head_service, args.dashboard_port)
+
+
+def access_inputs(
+    address: str | None, kubeconfig: pulumi.Input[str] | None, namespace: str,
+    service: pulumi.Input[str], port: int,
+) -> dict[str, Any]:
+    """How a provider reaches the dashboard (ray_access.open_dashboard); the kubeconfig secret."""
+    if address is not None:
+        return {"address": address}
     return {
-        "kubeconfig": pulumi.Output.secret(args.kubeconfig),
-        "namespace": args.namespace,
-        "service": args.head_service,
-        "port": args.dashboard_port,
+        "kubeconfig": pulumi.Output.secret(kubeconfig),
+        "namespace": namespace,
+        "service": service,
+        "port": port,
     }
 
 
@@ -361,10 +374,10 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 "--show-urns`)"
             ) from error
 
-    def _progress(self, jobs: RayJobs) -> "_Progress":
-        return _Progress(jobs, self.policy, self.say or pulumi.log.info)
+    def _progress(self, jobs: RayJobs) -> "Progress":
+        return Progress(jobs, self.policy, self.say or pulumi.log.info)
 
-    def _follow(self, jobs: RayJobs, props: dict[str, Any], progress: "_Progress") -> dict:
+    def _follow(self, jobs: RayJobs, props: dict[str, Any], progress: "Progress") -> dict:
         info = _wait(jobs, props, self.policy, progress)
         outs = {**props, **_observed(jobs, info, props), "job_state": ""}
         outs["export_status"] = props.get("export_status")
@@ -376,7 +389,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         info = jobs.info()
         if info is not None and info["status"] not in _TERMINAL:
             jobs.stop()
-            _poll(jobs, _TERMINAL, time.monotonic() + self.policy.stop_timeout_s, self.policy)
+            poll(jobs, _TERMINAL, time.monotonic() + self.policy.stop_timeout_s, self.policy)
 
 
 def _job_state(observed: dict[str, Any]) -> str:
@@ -390,7 +403,7 @@ def _job_state(observed: dict[str, Any]) -> str:
     return f"{observed['status']}{where}"
 
 
-class _Progress:
+class Progress:
     """Status changes as they happen; otherwise one line per `progress_every_s` with the time
     waited and the latest metrics. Only status, times and parsed numbers are printed, never a
     raw log line (a log can hold anything, secrets included)."""
@@ -445,7 +458,7 @@ def _export_status(jobs: RayJobs, props: dict[str, Any]) -> str | None:
     return info["status"] if info else props.get("export_status")
 
 
-def _export(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: "_Progress") -> str:
+def _export(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: "Progress") -> str:
     """Run verl's model merger on the run's last checkpoint as a Ray job, once per run.
 
     Its submission id is the run's with `-export`: a retried `pulumi up` adopts it, a FAILED one
@@ -460,7 +473,7 @@ def _export(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progres
             export.delete()
             export.submit(props["export_entrypoint"], props["runtime_env"], metadata)
     deadline = time.monotonic() + props["timeout_s"]
-    info = _poll(export, _TERMINAL, deadline, policy)
+    info = poll(export, _TERMINAL, deadline, policy)
     if info["status"] != "SUCCEEDED":
         raise RayAccessError(
             f"the run SUCCEEDED, but {export.where()} exporting its model ended "
@@ -494,7 +507,7 @@ def _input_problems(news: dict[str, Any]) -> list[tuple[str, str]]:
     return problems
 
 
-def _submit_or_adopt(jobs: RayJobs, props: dict[str, Any], progress: _Progress) -> None:
+def _submit_or_adopt(jobs: RayJobs, props: dict[str, Any], progress: Progress) -> None:
     """Submit, or adopt the job an earlier, interrupted `pulumi up` submitted under this id.
 
     A FAILED or STOPPED job under this id is submitted again: it resumes from the run's
@@ -517,7 +530,7 @@ def _submit_or_adopt(jobs: RayJobs, props: dict[str, Any], progress: _Progress) 
         progress.say(f"adopted, {info['status']}")
 
 
-def _resubmit(jobs: RayJobs, props: dict[str, Any], info: dict, progress: _Progress) -> None:
+def _resubmit(jobs: RayJobs, props: dict[str, Any], info: dict, progress: Progress) -> None:
     progress.say(f"{_job_state(_observed_status(jobs, info))}; resubmitting under the same id, "
                  f"resuming from {props.get('checkpoint_uri') or 'its checkpoints'}")
     jobs.delete()
@@ -532,7 +545,7 @@ def _observed_status(jobs: RayJobs, info: dict) -> dict[str, Any]:
     return {"status": info["status"], "metrics": _metrics(jobs, None, jobs.policy, info)}
 
 
-def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: _Progress) -> None:
+def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) -> None:
     """Stop every other live job of this stack and resource, and wait until each has stopped.
 
     Such a job is this resource's own earlier run whose record left the stack (a lost state, a
@@ -560,14 +573,14 @@ def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: _Progress) -
         progress.say(f"{other} has stopped ({status})")
 
 
-def _wait(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: _Progress) -> dict:
+def _wait(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: Progress) -> dict:
     """Follow the job until `wait_for`, resubmitting a FAILED job up to `max_retries` times."""
     wait_for = WaitFor(props["wait_for"])
     deadline = time.monotonic() + props["timeout_s"]
     budget = int(props.get("max_retries") or 0)
     retries = 0
     while True:
-        info = _poll(jobs, _REACHED[wait_for] | _TERMINAL, deadline, policy, progress.seen)
+        info = poll(jobs, _REACHED[wait_for] | _TERMINAL, deadline, policy, progress.seen)
         if info["status"] in _REACHED[wait_for]:
             return info
         if info["status"] == "FAILED" and retries < budget:
@@ -585,7 +598,7 @@ def _wait(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress:
         )
 
 
-def _poll(
+def poll(
     jobs: RayJobs,
     statuses: frozenset[str],
     deadline: float,

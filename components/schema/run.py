@@ -207,6 +207,11 @@ class GrpoRunConfig(BaseModel):
         "`job.checkpointUri` output (`grpo-16gpu-0123456789ab`), optionally "
         "`/global_step_<n>`; default: its latest. Refused when its GPU count differs.",
     )
+    skip_cluster_check: bool = Field(
+        False,
+        description="Skip the ClusterCheck (GPU inventory, all-reduce bus bandwidth, /data read "
+        "throughput) that runs before the job.",
+    )
     export_model: bool = Field(
         True,
         description="After the run SUCCEEDS, merge its last checkpoint into a Hugging Face "
@@ -345,7 +350,7 @@ CONTINUATION_FIELDS = frozenset({
     "ppo_micro_batch_size_per_gpu", "rollout_log_prob_micro_batch_size_per_gpu",
     "ref_log_prob_micro_batch_size_per_gpu", "gpu_memory_utilization",
     "metadata", "wait_for", "timeout_minutes", "dashboard_address", "run_name", "max_retries",
-    "export_model",
+    "export_model", "skip_cluster_check",
 })
 # Extra overrides of the same kinds; every other extra override is part of the run's identity.
 CONTINUATION_OVERRIDES = frozenset({
