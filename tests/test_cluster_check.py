@@ -92,3 +92,8 @@ def test_judge_names_a_missing_node_and_a_wrong_gpu():
     assert problems[0].startswith("1 GPU nodes in the Ray cluster, expected 2")
     assert "node 10.0.0.5 sees 8 GPUs ['NVIDIA H100 80GB HBM3'], expected 8 x H200" in problems[1]
     assert len(problems) == 2
+
+
+def test_the_provider_reads_the_result_line_the_script_prints():
+    """The prefix is kept in two places (the program must not import ray); they agree."""
+    assert f'RESULT_PREFIX = "{cluster_check.RESULT_PREFIX}"' in cluster_check.SCRIPT.read_text()

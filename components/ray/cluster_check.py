@@ -33,7 +33,6 @@ from components.facts.expectations import EXPECTATIONS, MIN_READ_MBPS
 from components.facts.hardware import HardwareProfile
 from components.facts.layout import DASHBOARD_PORT
 from components.options import child_options
-from components.ray.checks.cluster_check_script import RESULT_PREFIX
 from components.ray.grpo_job import Progress, access_inputs, poll, slug
 from components.ray.ray_access import (
     TERMINAL_STATUSES,
@@ -46,6 +45,9 @@ from components.ray.ray_access import (
 )
 
 SCRIPT = Path(__file__).parent / "checks" / "cluster_check_script.py"
+# The script's result line starts with this (its RESULT_PREFIX). Not imported from it: the
+# script imports ray, which would add a second to every `pulumi preview`.
+RESULT_PREFIX = "VERL_GKE_CLUSTER_CHECK "
 PROVIDER_VERSION = "1"
 # Inputs that define a check: any change runs it again (a new job under a new id).
 _REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected")
