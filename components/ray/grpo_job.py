@@ -566,8 +566,8 @@ def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) ->
                 raise RayAccessError(
                     f"{jobs.where()}: job {other} of the same stack and resource is still "
                     f"{status} {jobs.policy.stop_timeout_s:g}s after it was asked to stop; "
-                    f"nothing was submitted. Stop it with `ray job stop {other}` (against the "
-                    "same dashboard) and run `pulumi up` again"
+                    f"nothing was submitted. Stop it with `ray job stop --address "
+                    f"<the dashboard> {other}` and run `pulumi up` again"
                 )
             time.sleep(jobs.policy.poll_min_s)
         progress.say(f"{other} has stopped ({status})")
