@@ -52,7 +52,7 @@ class RequestPolicy:
     # Job status polling: every poll_min_s at first, then a tenth of the time waited so far, up
     # to poll_max_s. A status change is seen at most 10% (or poll_min_s) after it happens, so
     # short waits stay quick and a wait of hours costs one request every poll_max_s.
-    poll_min_s: float = 0.25
+    poll_min_s: float = 0.1
     poll_max_s: float = 5.0
     stop_timeout_s: float = 120.0  # for a stopped job to reach a terminal state
     progress_every_s: float = 30.0  # at most one progress line this often, besides changes
