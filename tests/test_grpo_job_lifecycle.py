@@ -381,6 +381,18 @@ def test_a_run_that_succeeds_after_up_is_exported_by_up_refresh(ray_head, provid
     assert engine.preview(news)[0].changes is False
 
 
+def test_the_preview_never_announces_an_export_the_config_no_longer_wants(provider):
+    """A refresh found the model not exported, then exportModel was turned off: check does
+    not promise an export (update would not run one)."""
+    olds = {"job_state": "SUCCEEDED, model not exported"}
+    news = inputs("http://127.0.0.1:1", "true")  # export_entrypoint None: exportModel false
+    assert provider.check(olds, news).inputs["job_state"] == ""
+    wanted = {**news, "export_entrypoint": "merge"}
+    assert provider.check(olds, wanted).inputs["job_state"] == (
+        "SUCCEEDED, model not exported; exporting"
+    )
+
+
 def test_a_failed_export_says_the_checkpoints_are_intact(ray_head, provider, tmp_path):
     """A merger that fails (no checkpoint to merge) fails up with its log and the way on."""
     news = _with_export(tmp_path, inputs(ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0",

@@ -300,7 +300,10 @@ class GrpoJobProvider(dynamic.ResourceProvider):
     def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
         failures = [dynamic.CheckFailure(key, reason) for key, reason in _input_problems(news)]
         found = (olds or {}).get("job_state") or ""
-        if found and not found.endswith((_RESUBMITTING, _EXPORTING)):
+        acted = found.endswith((_RESUBMITTING, _EXPORTING))
+        # An export is only announced if this config still wants one (exportModel may be off).
+        wanted = found != _NOT_EXPORTED or bool(news.get("export_entrypoint"))
+        if found and not acted and wanted:
             action = _EXPORTING if found == _NOT_EXPORTED else _RESUBMITTING
             news = {**news, "job_state": found + action}
         return dynamic.CheckResult(news, failures)
@@ -345,7 +348,10 @@ class GrpoJobProvider(dynamic.ResourceProvider):
             if info is None:
                 return dynamic.ReadResult("", {})  # gone from Ray: drop it from the stack
             observed = _observed(jobs, info, props)
-            observed["export_status"] = _export_status(jobs, props)
+            observed["export_status"] = (
+                _export_status(jobs, props) if info["status"] == "SUCCEEDED"
+                else props.get("export_status")
+            )
             outs = {**props, **observed}
             outs["job_state"] = _job_state(outs)
             # The inputs the next diff starts from carry the finding (check turns it into the
