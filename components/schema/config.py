@@ -25,6 +25,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from components.messages import quoted
 from components.schema.choices import ClusterMode
 from components.schema.choices import Capacity
 from components.schema.run import GrpoRunConfig, run_problems
@@ -284,10 +285,16 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
     key = "gcp:project" if top == "project" else f"{NAMESPACE}:{'.'.join(path)}"
     if error["type"] == "missing":
         return f"{key} is required: set it with `pulumi config set {key} <value>`"
-    shown = "[secret]" if top in _SECRET_KEYS else repr(error.get("input"))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "value_error" and message.startswith(f"{key}="):
+        return message  # the model's own validator already names the key, value and fix
+    shown = "[secret]" if top in _SECRET_KEYS else quoted(error.get("input"))
     fix = _FIXES.get(top, "see its description in Pulumi.yaml")
+    if top in ("job", "staging"):
+        # Objects are not declared in Pulumi.yaml (its schema has no object type).
+        fix = f"see the {NAMESPACE}:{top} table in README.md"
     if top in ("job", "staging") and error["type"] == "extra_forbidden":
-        fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in Pulumi.yaml"
+        fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in README.md"
     return f"{key} = {shown} is invalid ({error['msg']}): {fix}"
 
 
