@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STACK ?= a4
 MODE ?=
 
-.PHONY: venv plan plan-all test bench clean
+.PHONY: venv plan plan-all critical-path outputs curve test bench clean
 
 venv: $(VENV)/.installed
 
@@ -22,6 +22,20 @@ plan: venv
 plan-all: venv
 	for s in a4 a3u a4x; do $(PY) -m tools.plan --stack $$s --quiet || exit 1; done
 	for s in a4 a3u; do $(PY) -m tools.plan --stack $$s --mode autopilot --quiet || exit 1; done
+
+## The longest chain of waits of `pulumi up` to the first training step, with an estimate.
+critical-path: venv
+	$(PY) -m tools.critical_path --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+
+## Stack outputs of the offline plan, as `pulumi stack output --json` prints them (secrets
+## masked), checked against schemas/stack-outputs.schema.json: make outputs STACK=a4 [MODE=autopilot]
+outputs: venv
+	@$(PY) -m tools.outputs --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+
+## The training curve of a stack's job, to build/<stack>/curve.png: make curve STACK=a4
+## (or from a saved log: make curve LOG=job.log)
+curve: venv
+	$(PY) -m tools.curve $(if $(LOG),--log $(LOG),--stack $(STACK)) --out build/$(if $(LOG),curve,$(STACK))/curve.png
 
 ## Run the whole test suite (CI calls this through .ci/run).
 test: venv

@@ -8,25 +8,46 @@ under Pulumi's mock runtime.
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.schema import config
-from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
+from components import preflight
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
-from components.ray.cluster_check import ClusterCheck, ClusterCheckArgs
-from components.ray.grpo_job import GrpoJob, GrpoJobArgs
-from components.schema.run import checkpoint_uri, runtime_env
+from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
+from components.cluster.node_identity import NodeIdentity, NodeIdentityArgs
+from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
+from components.facts import pins
 from components.facts.hardware import NodeNetworking
 from components.facts.layout import HF_SECRET_NAME
-from components.storage.model_staging import ModelStaging, ModelStagingArgs
-from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
-from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
+from components.guards import BucketIdentity, DeletionProtection
+from components.network.primary_network import (
+    PODS_RANGE,
+    SERVICES_RANGE,
+    PrimaryNetwork,
+    PrimaryNetworkArgs,
+)
 from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
+from components.observability.scope import Scope
+from components.observability.training_observability import (
+    TrainingObservability,
+    TrainingObservabilityArgs,
+)
+from components.ray.cluster_check import ClusterCheck, ClusterCheckArgs
+from components.ray.grpo_job import GrpoJob, GrpoJobArgs
 from components.ray.trackers import TrackerCredentials, TrackerCredentialsArgs
 from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
+from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
+from components.schema import config, names
+from components.schema.run import checkpoint_uri, runtime_env
+from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
+from components.storage.model_staging import ModelStaging, ModelStagingArgs
 
 cfg = config.from_pulumi()
 hw = cfg.hardware
 dranet = hw.networking is NodeNetworking.DRANET
+# Invokes against the live project (they run at preview too); nothing exists yet if they fail.
+found = preflight.run(cfg)
+
+# Registered first: a renamed or moved bucket stops the update before anything is touched.
+bucket_identity = BucketIdentity("bucket-identity", cfg.bucket, cfg.region.upper(), cfg.project)
 
 networks = None
 if not dranet:
@@ -42,21 +63,60 @@ if not dranet:
         ),
     )
 
+# Every node runs as the stack's own least-privilege account, in the stack's own network (or the
+# user's), never as the Compute Engine default account on the `default` VPC.
+nodes_identity = NodeIdentity(
+    "node-identity",
+    NodeIdentityArgs(
+        project=cfg.project,
+        account_id=names.node_service_account_id(cfg.cluster),
+        cluster_name=cfg.cluster,
+    ),
+)
+primary = None
+if not cfg.network:
+    primary = PrimaryNetwork(
+        "primary-network",
+        PrimaryNetworkArgs(project=cfg.project, region=cfg.region, cluster_name=cfg.cluster),
+    )
+
+# The nodes' roles are granted, and their way out exists, before any node starts (logging,
+# image pulls); the control plane is created meanwhile.
+node_prerequisites = (nodes_identity, *([primary] if primary else []))
+
 gke = GkeCluster(
     "gke",
     GkeClusterArgs(
         project=cfg.project,
         region=cfg.region,
-        cluster_name=cfg.cluster_name,
+        cluster_name=cfg.cluster,
         autopilot=cfg.autopilot,
-        min_version=config.MIN_GKE_VERSION,
+        version=found.gke_version,
         deletion_protection=cfg.deletion_protection,
         exclusion_start=cfg.exclusion_start,
         ray_addon=not dranet,
         dra_beta_apis=dranet,
+        network=primary.network if primary else cfg.network,
+        subnetwork=primary.subnetwork if primary else cfg.subnetwork,
+        secondary_ranges=(PODS_RANGE, SERVICES_RANGE) if primary else None,
+        node_service_account=nodes_identity.email,
+        labels=cfg.resource_labels,
+        control_plane_cidrs=tuple(cfg.control_plane_cidrs),
+        node_prerequisites=node_prerequisites,
     ),
 )
 in_cluster = pulumi.ResourceOptions(providers=[gke.provider])
+
+# Every pod pulls the verl and staging images through the region's cache of Docker Hub.
+images = ImageMirror(
+    "images",
+    ImageMirrorArgs(
+        project=cfg.project,
+        region=cfg.region,
+        repository_id=names.mirror_repository_id(cfg.cluster),
+        labels=cfg.resource_labels,
+    ),
+)
 
 # What must exist before GPU pods can be scheduled: the GPU pool and the network objects.
 ray_prerequisites: list[pulumi.Resource] = []
@@ -73,8 +133,12 @@ if not cfg.autopilot:
                 nodes=cfg.nodes,
                 capacity=cfg.provisioning,
                 reservation=cfg.reservation,
+                placement_policy=cfg.placement_policy,
+                service_account=nodes_identity.email,
+                labels=cfg.resource_labels,
                 node_networks=networks.node_networks if networks else [],
             ),
+            opts=pulumi.ResourceOptions(depends_on=list(node_prerequisites)),
         )
     )
 if networks:
@@ -109,6 +173,9 @@ storage = GcsFuseStorage(
         hf_token=pulumi.Output.secret(cfg.hf_token.get_secret_value()) if cfg.hf_token else None,
         arch=hw.arch,
         delete_bucket_on_destroy=cfg.delete_bucket_on_destroy,
+        labels=cfg.resource_labels,
+        adopt=found.bucket is not None,
+        bucket_guard=bucket_identity,
     ),
     opts=in_namespace,
 )
@@ -122,8 +189,9 @@ staging = ModelStaging(
         pvc_name=storage.pvc_name,
         hf_secret_name=storage.hf_secret_name or HF_SECRET_NAME,
         node_selector=system_nodes,
+        image=images.ref(pins.STAGING_IMAGE),
     ),
-    opts=in_namespace,
+    opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=[images])),
 )
 
 # The experiment trackers' keys, for the Ray pods only (never job inputs).
@@ -138,7 +206,9 @@ if dranet:
     dra = NvidiaDraDriver(
         "dra",
         NvidiaDraDriverArgs(profile=hw, nodes=cfg.nodes, workload_namespace=cfg.namespace),
-        opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=ray_prerequisites)),
+        # Installed while the GPU nodes are created: its kubelet plugin DaemonSet starts on
+        # them when they join, and nothing in the chart waits for a GPU node.
+        opts=in_namespace,
     )
 
 ray = VerlRayCluster(
@@ -157,10 +227,10 @@ ray = VerlRayCluster(
         compute_domain_claim_template=dra.compute_domain_claim_template if dra else None,
         operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
         tracker_secret=trackers.secret_name,
+        image=images.ref(pins.VERL_IMAGES[hw.arch]),
+        pod_prerequisites=[*ray_prerequisites, installer, images],
     ),
-    opts=pulumi.ResourceOptions.merge(
-        in_namespace, pulumi.ResourceOptions(depends_on=[*ray_prerequisites, installer])
-    ),
+    opts=in_namespace,
 )
 
 # GPUs, RDMA fabric and bucket checked before any GPU hour goes to training.
@@ -200,6 +270,37 @@ job = GrpoJob(
     opts=pulumi.ResourceOptions(depends_on=[staging]),
 )
 
+# Log-based training metrics, the training dashboard and the alerts (Cloud Logging/Monitoring).
+observability = TrainingObservability(
+    "observability",
+    TrainingObservabilityArgs(
+        scope=Scope(
+            project=cfg.project, region=cfg.region, cluster_name=cfg.cluster,
+            namespace=cfg.namespace,
+        ),
+        target=hw.target.value,
+        notification_channel=cfg.alert_notification_channel,
+        no_step_minutes=cfg.no_step_alert_minutes,
+        labels=cfg.resource_labels,
+    ),
+)
+
+# Deleted first by `pulumi destroy`, and protected while deletion protection is on: a destroy
+# fails before the job, the RayCluster or any node is touched (components/guards.py).
+DeletionProtection(
+    "deletion-protection",
+    protected=cfg.deletion_protection,
+    resources=[
+        r
+        for r in (
+            bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites,
+            *namespace_deps, installer, storage, staging, trackers, dra, ray, check, job,
+            observability,
+        )
+        if r is not None
+    ],
+)
+
 pulumi.export("clusterName", gke.name)
 pulumi.export("clusterLocation", gke.location)
 pulumi.export("clusterEndpoint", gke.endpoint)
@@ -226,6 +327,14 @@ pulumi.export(
         "headService": ray.head_service,
         "dashboardPort": ray.dashboard_port,
         "workerReplicas": ray.worker_replicas,
+        "namespace": cfg.namespace,
+        # kubectl port-forward listens on localhost only: the dashboard stays off the network.
+        "dashboardCommand": pulumi.Output.concat(
+            "gcloud container clusters get-credentials ", gke.name, " --location ", gke.location,
+            f" --project {cfg.project} && kubectl --namespace {cfg.namespace} port-forward svc/",
+            ray.head_service, f" {ray.dashboard_port}:{ray.dashboard_port}",
+            f"  # then open http://127.0.0.1:{ray.dashboard_port}",
+        ),
     },
 )
 pulumi.export(
@@ -274,5 +383,7 @@ pulumi.export(
             "https://console.cloud.google.com/monitoring/dashboards/integration/"
             f"gke.nvidia-dcgm?project={cfg.project}"
         ),
+        "trainingDashboard": observability.dashboard_url,
+        "jobLogs": observability.logs_url,
     },
 )

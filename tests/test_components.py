@@ -42,6 +42,7 @@ def _pool(capacity: Capacity, reservation: str | None = None, target: str = "a4"
             GpuNodePoolArgs(
                 project="p", region="us-central1", zone="us-central1-b", cluster="c",
                 hardware=profile(target), nodes=2, capacity=capacity, reservation=reservation,
+                placement_policy="c-1x72-placement" if target == "a4x" else None,
             ),
         )
 
@@ -62,7 +63,36 @@ def test_flex_start_pool_starts_empty_and_scales_up():
     assert pool["nodeConfig"]["flexStart"] is True
     assert pool["initialNodeCount"] == 0
     assert pool["autoscaling"]["totalMinNodeCount"] == 0
-    assert pool["autoscaling"]["totalMaxNodeCount"] == 10
+    assert pool["autoscaling"]["totalMaxNodeCount"] == 2  # the RayCluster's workers, no more
+
+
+@pytest.mark.parametrize(
+    ("capacity", "reservation", "placement", "auto_repair"),
+    [
+        # Cluster Toolkit's gke-a4 / gke-a3-ultragpu reservation pools: no placement policy.
+        (Capacity.RESERVATION, "res", None, True),
+        (Capacity.SPOT, None, {"type": "COMPACT"}, True),
+        # CT preconditions: flex-start needs auto_repair false; COMPACT with flex-start is
+        # supported on A3 Ultra and A4.
+        (Capacity.FLEX_START, None, {"type": "COMPACT"}, False),
+    ],
+)
+@pytest.mark.parametrize("target", ["a4", "a3u"])
+def test_placement_and_repair_follow_cluster_toolkits_preconditions(
+    target, capacity, reservation, placement, auto_repair
+):
+    """Per capacity on A4 / A3 Ultra: which placement policy and whether GKE repairs nodes."""
+    pool = _pool(capacity, reservation, target)
+    assert pool.get("placementPolicy") == placement
+    assert pool["management"] == {"autoRepair": auto_repair, "autoUpgrade": True}
+
+
+def test_a4x_pool_uses_its_workload_policy_and_its_bundled_local_ssds():
+    """A4X: COMPACT with the named 1x72 policy; ephemeral storage on the machine's own local
+    SSDs (count 0 = the bundled set), not on the 100 GB boot disk that cannot hold 520 Gi."""
+    pool = _pool(Capacity.RESERVATION, "res", "a4x")
+    assert pool["placementPolicy"] == {"type": "COMPACT", "policyName": "c-1x72-placement"}
+    assert pool["nodeConfig"]["ephemeralStorageLocalSsdConfig"] == {"localSsdCount": 0}
 
 
 @pytest.mark.parametrize("reservation", ["res", "res/reservationBlocks/block-7"])

@@ -54,8 +54,9 @@ def test_valid_config_derives_the_rest_from_the_target():
     cfg = load()
     assert cfg.target is Target.A4
     assert cfg.nodes == 2 and cfg.hardware.gpus_per_node == 8
-    assert cfg.bucket == "verl-my-proj"
-    assert (cfg.gvnic_prefix, cfg.rdma_prefix) == ("verl-gvnic", "verl-rdma")
+    assert cfg.cluster == "verl-dev"  # config.load's default stack
+    assert cfg.bucket == "verl-dev-my-proj"
+    assert (cfg.gvnic_prefix, cfg.rdma_prefix) == ("verl-dev-gvnic", "verl-dev-rdma")
     assert cfg.provisioning is Capacity.RESERVATION
     assert cfg.deletion_protection is True and cfg.delete_bucket_on_destroy is False
     assert load(target="a4x").nodes == 4
@@ -106,8 +107,9 @@ def test_bad_project_id_is_explained():
         ({"zone": "europe-west4-b"}, "is not in verl-gke:region = 'us-central1'"),
         ({"reservation": None}, "verl-gke:reservation is not set"),
         ({"reservation": "Bad Name"}, "is not a reservation name"),
-        ({"gpuNodes": "-1"}, "verl-gke:gpuNodes = -1 is out of range for a4-highgpu-8g: use 1 to 10"),
-        ({"gpuNodes": "11"}, "use 1 to 10"),
+        ({"gpuNodes": "-1"}, "verl-gke:gpuNodes = -1 is out of range for a4-highgpu-8g: use 1 to 252"),
+        ({"gpuNodes": "253"}, "use 1 to 252 (each node takes an address in every /24 node subnet"),
+        ({"target": "a4x", "gpuNodes": "19"}, "use 1 to 18 (one NVL72 domain"),
         ({"target": "a4x", "clusterMode": "autopilot"}, "A4X needs a Standard cluster"),
         ({"target": "a4x", "rdmaNetworkPrefix": "x"}, "uses DRANET"),
         ({"bucketName": "UPPER"}, "is not a valid bucket name"),
@@ -191,7 +193,7 @@ def test_pulumi_yaml_declares_every_scalar_key_as_the_cli_requires():
     """Pulumi.yaml declares every scalar key with a valid type, a description and the program's
     default; only keys every stack must set lack a default (the CLI requires those)."""
     declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
-    objects = {"job", "staging"}  # Pulumi's project config schema has no object type
+    objects = set(config.OBJECT_KEYS)  # Pulumi's project config schema has no object type
     assert set(declared) == set(config.KEYS) - objects
     for key, spec in declared.items():
         assert spec["type"] in ("string", "integer", "boolean", "array"), key
@@ -201,7 +203,8 @@ def test_pulumi_yaml_declares_every_scalar_key_as_the_cli_requires():
             assert key in ("target", "region", "zone"), f"{key} would be required by the CLI"
             continue
         field = StackConfig.model_fields[config.KEYS[key]]
-        default = getattr(field.default, "value", field.default)
+        default = field.get_default(call_default_factory=True)
+        default = getattr(default, "value", default)
         if default is None:  # derived: the declared default must read as "unset"
             assert str(spec["default"]) in ("", config.UNSET.get(key)), key
         else:

@@ -81,11 +81,12 @@ def test_rdma_networks_match_the_tutorial(stack_mode):
     """gVNIC VPC + firewall and one RoCE subnet per NIC, as the tutorial's gcloud commands."""
     _, recording = rendered(*stack_mode)
     nics = profile(stack_mode[0]).rdma_nics
+    cluster = f"verl-{stack_mode[0]}"  # default names carry the stack
     gvnic = inputs_of(recording, "gcp:compute/network:Network", "networks-gvnic")
-    assert gvnic["name"] == "verl-gvnic-net" and gvnic["autoCreateSubnetworks"] is False
+    assert gvnic["name"] == f"{cluster}-gvnic-net" and gvnic["autoCreateSubnetworks"] is False
     sub = inputs_of(recording, "gcp:compute/subnetwork:Subnetwork", "networks-gvnic-sub")
     assert (sub["name"], sub["region"], sub["ipCidrRange"]) == (
-        "verl-gvnic-sub", "us-central1", "192.168.0.0/24",
+        f"{cluster}-gvnic-sub", "us-central1", "192.168.0.0/24",
     )
     fw = inputs_of(recording, "gcp:compute/firewall:Firewall", "networks-gvnic-internal")
     assert fw["sourceRanges"] == ["192.168.0.0/16"]
@@ -98,8 +99,9 @@ def test_rdma_networks_match_the_tutorial(stack_mode):
     assert rdma["mtu"] == 8896 and gvnic["mtu"] == 8896
     for n in range(nics):
         s = inputs_of(recording, "gcp:compute/subnetwork:Subnetwork", f"networks-rdma-sub-{n}")
-        assert (s["name"], s["ipCidrRange"]) == (f"verl-rdma-sub-{n}", f"192.168.{n + 1}.0/24")
-    assert len(recording.of_type("gcp:compute/subnetwork:Subnetwork")) == nics + 1
+        assert (s["name"], s["ipCidrRange"]) == (f"{cluster}-rdma-sub-{n}", f"192.168.{n + 1}.0/24")
+    rdma_component = [r for r in recording.of_type("gcp:compute/subnetwork:Subnetwork") if r.name.startswith("networks-")]
+    assert len(rdma_component) == nics + 1
 
 
 @pytest.mark.parametrize("stack_mode", RDMA_STACKS, ids=lambda s: "-".join(s))
@@ -111,8 +113,13 @@ def test_network_objects_map_every_nic(stack_mode):
     networks = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "Network"}
     expected = ["gvnic-1"] + [f"rdma-{n}" for n in range(8)]
     assert sorted(params) == sorted(expected) == sorted(networks)
-    assert params["gvnic-1"] == {"vpc": "verl-gvnic-net", "vpcSubnet": "verl-gvnic-sub", "deviceMode": "NetDevice"}
-    assert params["rdma-3"] == {"vpc": "verl-rdma-net", "vpcSubnet": "verl-rdma-sub-3", "deviceMode": "RDMA"}
+    cluster = f"verl-{stack_mode[0]}"
+    assert params["gvnic-1"] == {
+        "vpc": f"{cluster}-gvnic-net", "vpcSubnet": f"{cluster}-gvnic-sub", "deviceMode": "NetDevice",
+    }
+    assert params["rdma-3"] == {
+        "vpc": f"{cluster}-rdma-net", "vpcSubnet": f"{cluster}-rdma-sub-3", "deviceMode": "RDMA",
+    }
     for name, spec in networks.items():
         assert spec == {
             "type": "Device",
@@ -121,9 +128,10 @@ def test_network_objects_map_every_nic(stack_mode):
 
 
 def test_a4x_creates_no_rdma_vpcs():
-    """A4X's DRANET profile makes GKE create the networks: no VPC or network objects here."""
+    """A4X's DRANET profile makes GKE create the networks: no GPU VPC or network objects here
+    (only the stack's primary network)."""
     _, recording = rendered("a4x", "standard")
-    assert not recording.of_type("gcp:compute/network:Network")
+    assert [r.name for r in recording.of_type("gcp:compute/network:Network")] == ["primary-network-vpc"]
     assert not [o for o in recording.kubernetes_objects() if o["kind"] in ("Network", "GKENetworkParamSet")]
 
 
@@ -133,7 +141,7 @@ def test_standard_cluster_matches_the_tutorial_and_cluster_toolkit(stack):
     regional system pool of 1..5 c2-standard-16 nodes per zone, as the tutorial's flags ask."""
     _, recording = rendered(stack, "standard")
     cluster = inputs_of(recording, "gcp:container/cluster:Cluster", "gke-cluster")
-    assert cluster["name"] == "verl" and cluster["location"] == "us-central1"
+    assert cluster["name"] == f"verl-{stack}" and cluster["location"] == "us-central1"
     assert cluster["datapathProvider"] == "ADVANCED_DATAPATH"
     assert cluster["workloadIdentityConfig"] == {"workloadPool": "example-project.svc.id.goog"}
     assert cluster["networkingMode"] == "VPC_NATIVE"
@@ -147,6 +155,7 @@ def test_standard_cluster_matches_the_tutorial_and_cluster_toolkit(stack):
     assert exclusion["exclusionOptions"] == {
         "scope": "NO_MINOR_OR_NODE_UPGRADES", "endTimeBehavior": "UNTIL_END_OF_SUPPORT",
     }
+    assert cluster["minMasterVersion"] == "1.34.6-gke.1129000"  # REGULAR's default today
     system = inputs_of(recording, "gcp:container/nodePool:NodePool", "gke-system-pool")
     assert system["nodeConfig"]["machineType"] == "c2-standard-16"
     assert system["autoscaling"] == {"minNodeCount": 1, "maxNodeCount": 5}
@@ -176,7 +185,8 @@ def test_autopilot_cluster_has_no_node_pools(stack):
 
 @pytest.mark.parametrize("stack", ["a4", "a3u"])
 def test_gpu_pool_matches_the_tutorial_plus_cluster_toolkit(stack):
-    """The tutorial's gpu-pool, plus COMPACT placement, gVNIC, streaming, local SSDs, taint."""
+    """The tutorial's gpu-pool, plus gVNIC, streaming, local SSDs, taint (no placement policy on
+    a reservation, as Cluster Toolkit's gke-a4 / gke-a3-ultragpu)."""
     hw = profile(stack)
     _, recording = rendered(stack, "standard")
     pool = inputs_of(recording, "gcp:container/nodePool:NodePool", "gpu-pool")
@@ -192,12 +202,14 @@ def test_gpu_pool_matches_the_tutorial_plus_cluster_toolkit(stack):
         "values": ["example-reservation"],
     }
     assert pool["initialNodeCount"] == 2
-    assert pool["autoscaling"]["totalMaxNodeCount"] == 10
+    assert pool["autoscaling"]["totalMaxNodeCount"] == 2
     networks = pool["networkConfig"]["additionalNodeNetworkConfigs"]
-    assert networks == [{"network": "verl-gvnic-net", "subnetwork": "verl-gvnic-sub"}] + [
-        {"network": "verl-rdma-net", "subnetwork": f"verl-rdma-sub-{n}"} for n in range(8)
+    cluster = f"verl-{stack}"
+    assert networks == [{"network": f"{cluster}-gvnic-net", "subnetwork": f"{cluster}-gvnic-sub"}] + [
+        {"network": f"{cluster}-rdma-net", "subnetwork": f"{cluster}-rdma-sub-{n}"} for n in range(8)
     ]
-    assert pool["placementPolicy"]["type"] == "COMPACT"
+    # Cluster Toolkit's reservation pools for these machines set no placement policy.
+    assert "placementPolicy" not in pool
     assert node["gvnic"] == {"enabled": True} and node["gcfsConfig"] == {"enabled": True}
     assert node["ephemeralStorageLocalSsdConfig"] == {"localSsdCount": 32}
     assert node["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}]
@@ -217,11 +229,11 @@ def test_a4x_gpu_pool_uses_dranet_and_an_nvl72_workload_policy():
     # The profile alone attaches networks; this label makes GKE run its DRANET driver there.
     assert node["labels"]["cloud.google.com/gke-networking-dra-driver"] == "true"
     assert node["diskType"] == "hyperdisk-balanced"
-    assert "ephemeralStorageLocalSsdConfig" not in node
+    assert node["ephemeralStorageLocalSsdConfig"] == {"localSsdCount": 0}  # the bundled SSDs
     assert pool["initialNodeCount"] == 4
     policy = inputs_of(recording, "gcp:compute/resourcePolicy:ResourcePolicy", "gpu-placement")
     assert policy["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "1x72"}
-    assert policy["name"] == "verl-1x72-placement"  # per cluster: unique in the region
+    assert policy["name"] == "verl-a4x-1x72-placement"  # per cluster: unique in the region
     assert pool["placementPolicy"] == {"type": "COMPACT", "policyName": policy["name"]}
 
 
@@ -244,7 +256,10 @@ def test_storage_matches_the_tutorial(stack):
     """Bucket, KSA, bucket-scoped IAM for the KSA's principal, PV/PVC with the tutorial's options."""
     _, recording = rendered(stack, "standard")
     bucket = inputs_of(recording, "gcp:storage/bucket:Bucket", "storage-bucket")
-    assert bucket["name"] == "verl-example-project" and bucket["location"] == "US-CENTRAL1"
+    assert bucket["name"] == f"verl-{stack}-example-project" and bucket["location"] == "US-CENTRAL1"
+    assert bucket["labels"] == {
+        "verl-gke-stack": stack, "verl-gke-target": stack, "verl-gke-cluster": f"verl-{stack}",
+    }
     assert bucket["hierarchicalNamespace"] == {"enabled": True}
     assert bucket["uniformBucketLevelAccess"] is True
     assert bucket["publicAccessPrevention"] == "enforced"
@@ -258,7 +273,7 @@ def test_storage_matches_the_tutorial(stack):
     pv = objects[("PersistentVolume", "training-bucket-pv")]["spec"]
     pvc = objects[("PersistentVolumeClaim", "training-bucket-pvc")]["spec"]
     assert pv["csi"]["driver"] == "gcsfuse.csi.storage.gke.io"
-    assert pv["csi"]["volumeHandle"] == "verl-example-project"
+    assert pv["csi"]["volumeHandle"] == f"verl-{stack}-example-project"
     assert pv["csi"]["volumeAttributes"] == {
         "skipCSIBucketAccessCheck": "true", "gcsfuseMetadataPrefetchOnMount": "true",
     }
@@ -293,10 +308,12 @@ def test_the_no_upgrade_window_does_not_move_every_day():
     """Unset, the exclusion starts on the creation day and later runs ignore it; set, it is used."""
     _, recording = rendered("a4", "standard")  # the plan sets an example start
     cluster = recording.one("gcp:container/cluster:Cluster")
-    assert cluster.ignore_changes == ()
+    assert cluster.ignore_changes == ("minMasterVersion",)
     defaulted = _run_with("a4", {"verl-gke:maintenanceExclusionStart": ""})
     cluster = defaulted.one("gcp:container/cluster:Cluster")
-    assert cluster.ignore_changes == ("maintenancePolicy.maintenanceExclusions[0].startTime",)
+    assert cluster.ignore_changes == (
+        "minMasterVersion", "maintenancePolicy.maintenanceExclusions[0].startTime",
+    )
     [exclusion] = cluster.plain_inputs["maintenancePolicy"]["maintenanceExclusions"]
     assert exclusion["startTime"].endswith("T00:00:00Z")
 
@@ -312,15 +329,16 @@ def test_outputs_are_the_documented_contract(program):
     out = recording.plain_outputs()
     hw = profile(stack)
     nodes = hw.default_nodes
-    assert out["clusterName"] == "verl" and out["clusterLocation"] == "us-central1"
-    assert out["bucketUrl"] == "gs://verl-example-project"
+    assert out["clusterName"] == f"verl-{stack}" and out["clusterLocation"] == "us-central1"
+    assert out["bucketUrl"] == f"gs://verl-{stack}-example-project"
     # The root of every run's directory; the run's own is job.checkpointUri (added).
-    assert out["checkpointUri"] == "gs://verl-example-project/checkpoints"
+    bucket = f"gs://verl-{stack}-example-project"
+    assert out["checkpointUri"] == f"{bucket}/checkpoints"
     run_dir = out["job"]["runDir"]
     assert re.fullmatch(rf"grpo-{hw.gpus_per_node * nodes}gpu-[0-9a-f]{{12}}", run_dir)
-    assert out["job"]["checkpointUri"] == f"gs://verl-example-project/checkpoints/{run_dir}"
+    assert out["job"]["checkpointUri"] == f"{bucket}/checkpoints/{run_dir}"
     # exportModel is on by default: the Hugging Face model's place in the run's directory.
-    assert out["job"]["modelUri"] == f"gs://verl-example-project/checkpoints/{run_dir}/huggingface"
+    assert out["job"]["modelUri"] == f"{bucket}/checkpoints/{run_dir}/huggingface"
     assert out["hardware"] == {
         "target": stack, "gpuType": hw.gpu_type, "machineType": hw.machine_type,
         "gpusPerNode": hw.gpus_per_node, "nodes": nodes, "totalGpus": hw.gpus_per_node * nodes,

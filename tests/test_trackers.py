@@ -80,6 +80,7 @@ def with_trackers():
         lambda: runpy.run_path(str(plan.ROOT / "__main__.py"), run_name="__pulumi_main__"),
         project=plan.project_name(), stack="a4", config=inputs.config,
         secret_keys=[*inputs.secret_keys, *secrets],
+        invokes=plan.example_invokes(inputs.config),
     )
     return inputs, recording
 

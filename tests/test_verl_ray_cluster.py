@@ -22,6 +22,7 @@ from components.ray.verl_ray_cluster import (
     RayOperator,
     VerlRayCluster,
     VerlRayClusterArgs,
+    render_pod_monitoring,
     render_ray_cluster,
 )
 from tests import k8s_schemas
@@ -327,7 +328,7 @@ def problems_of(target: Target, mode=ClusterMode.STANDARD, **changes) -> str:
 
 
 BAD_INPUT = [
-    (Target.A4, {"nodes": 0}, r"nodes = 0 is out of range for a4-highgpu-8g: use 1 to 10"),
+    (Target.A4, {"nodes": 0}, r"nodes = 0 is out of range for a4-highgpu-8g: use 1 to 252"),
     (Target.A4X, {"nodes": 19}, r"nodes = 19 .* use 1 to 18"),
     (Target.A4, {"mode": "serverless"}, r"mode = 'serverless' .* 'standard' or 'autopilot'"),
     (Target.A4X, {"mode": "autopilot"}, r"mode = 'autopilot' is not available for target a4x"),
@@ -357,7 +358,7 @@ def test_autopilot_rejects_a_head_node_selector():
 
 def test_all_problems_are_reported_together():
     """Several mistakes come back in one error, counted."""
-    message = problems_of(Target.A4, nodes=99, image="verlai/verl:latest", head_node_selector=None)
+    message = problems_of(Target.A4, nodes=999, image="verlai/verl:latest", head_node_selector=None)
     assert "3 problem(s)" in message
     assert "nodes = 99" in message and "floating tag" in message and "head_node_selector" in message
 
@@ -467,3 +468,58 @@ def test_helm_operator_is_pinned_and_scoped_to_the_namespace():
     assert re.fullmatch(r"\d+\.\d+\.\d+", inputs["version"])  # an exact release, not a range
     assert inputs["namespace"] == "verl"
     assert inputs["values"] == {"singleNamespaceInstall": True, "watchNamespace": ["verl"]}
+
+
+# --- Ray logs and metrics for Cloud Logging / Managed Prometheus ------------------------------
+
+
+def _shipper(spec: dict) -> dict:
+    (sidecar,) = [c for c in spec.get("initContainers", []) if c["name"] == "ray-log-shipper"]
+    return sidecar
+
+
+@pytest.mark.parametrize("target,mode", TARGET_MODES, ids=IDS)
+def test_every_head_ships_the_job_logs_through_a_native_sidecar(target, mode):
+    """The head runs the log shipper as a native sidecar (restartPolicy Always) on the Ray
+    image, reading the Ray logs volume read-only; Ray stays the only (first) container."""
+    obj = rendered(target, mode)
+    spec = head(obj)["template"]["spec"]
+    sidecar = _shipper(spec)
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["image"] == container(head(obj))["image"]
+    assert sidecar["volumeMounts"] == [{"name": "ray-logs", "mountPath": "/tmp/ray", "readOnly": True}]
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    assert env["RAY_LOGS_DIR"] == "/tmp/ray/session_latest/logs"
+    assert {"job-driver-*.log", "jobs/supervisor-*.log"} <= set(env["SHIP_PATTERNS"].split())
+    assert [c["name"] for c in spec["containers"]] == ["ray-head"]
+
+
+@pytest.mark.parametrize("target,mode", TARGET_MODES, ids=IDS)
+def test_without_the_ray_addon_ray_logs_and_metrics_are_shipped_by_the_component(target, mode):
+    """A4X (Helm operator, no GKE Ray add-on): system logs from head and workers, and a
+    PodMonitoring on the metrics port; with the add-on, neither (the add-on does it)."""
+    # As __main__ wires it: A4X is the one target without the add-on.
+    operator = RayOperator.HELM if target is Target.A4X else RayOperator.GKE_ADDON
+    args = make_args(target, mode, operator=operator)
+    obj = render_ray_cluster(args)
+    head_patterns = dict((e["name"], e["value"]) for e in _shipper(head(obj)["template"]["spec"])["env"])
+    worker_spec = worker_group(obj)["template"]["spec"]
+    if args.operator is RayOperator.HELM:
+        assert "raylet.out" in head_patterns["SHIP_PATTERNS"]
+        worker_sidecar = _shipper(worker_spec)
+        assert worker_sidecar["volumeMounts"][0]["name"] == "ray-tmp-storage"
+        monitoring = render_pod_monitoring(args)
+        k8s_schemas.validate(monitoring)
+        assert monitoring["spec"]["selector"]["matchLabels"] == {"ray.io/cluster": args.cluster_name}
+        assert monitoring["spec"]["endpoints"] == [{"port": 8080, "interval": "30s"}]
+    else:
+        assert "raylet.out" not in head_patterns["SHIP_PATTERNS"]
+        assert "initContainers" not in worker_spec
+
+
+def test_pod_monitoring_schema_check_is_live():
+    """The PodMonitoring CRD check rejects a misspelled field (the schema is really applied)."""
+    bad = render_pod_monitoring(make_args(Target.A4X, operator=RayOperator.HELM))
+    bad["spec"]["endpoints"][0]["intervall"] = "30s"
+    with pytest.raises(AssertionError, match="PodMonitoring"):
+        k8s_schemas.validate(bad)

@@ -118,6 +118,8 @@ class Recording:
     resources: list[Registered] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
+    # Invoke token -> the answer the program got (FakeCloud.invokes).
+    invokes: dict[str, Any] = field(default_factory=dict)
 
     def of_type(self, type_: str) -> list[Registered]:
         return [r for r in self.resources if r.type == type_]
@@ -202,15 +204,61 @@ def _plain(value: Any, on_secret: Callable[[Any], Any]) -> Any:
     return value
 
 
+# What the live project answers the program's invokes (components/preflight.py) in a plain
+# offline run: GKE's REGULAR channel as it could look, and no bucket yet. Tests pass their own
+# answers (`invokes=`) for other situations: an old channel, a bucket left by a destroy.
+ENGINE_VERSIONS = "gcp:container/getEngineVersions:getEngineVersions"
+LIST_BUCKETS = "gcp:storage/getBuckets:getBuckets"
+GET_BUCKET = "gcp:storage/getBucket:getBucket"
+PROJECT_SERVICE = "gcp:projects/getProjectService:getProjectService"
+GET_RESERVATION = "gcp:compute/getReservation:getReservation"
+GET_RESERVATION_BLOCK = "gcp:compute/getReservationBlock:getReservationBlock"
+QUOTA_INFOS = "gcp:cloudquota/getSQuotaInfos:getSQuotaInfos"
+
+
+def enabled_service(args: dict[str, Any]) -> dict[str, Any]:
+    """getProjectService for an enabled API: its id is set (a disabled one reads as no id)."""
+    return {
+        "id": f"{args.get('project')}/{args.get('service')}",
+        "service": args.get("service"),
+        "project": args.get("project"),
+    }
+
+
+EXAMPLE_INVOKES: dict[str, Any] = {
+    ENGINE_VERSIONS: {
+        "defaultClusterVersion": "1.34.6-gke.1129000",
+        "latestMasterVersion": "1.35.2-gke.1485000",
+        "releaseChannelDefaultVersion": {
+            "RAPID": "1.35.2-gke.1485000",
+            "REGULAR": "1.34.6-gke.1129000",
+            "STABLE": "1.33.9-gke.1060000",
+        },
+        "releaseChannelLatestVersion": {
+            "RAPID": "1.35.2-gke.1485000",
+            "REGULAR": "1.35.1-gke.1396000",
+            "STABLE": "1.34.4-gke.1047000",
+        },
+        "validMasterVersions": ["1.35.2-gke.1485000", "1.34.6-gke.1129000", "1.33.9-gke.1060000"],
+    },
+    LIST_BUCKETS: {"buckets": []},
+    PROJECT_SERVICE: enabled_service,
+}
+
+
 class FakeCloud(pulumi_mocks.Mocks):
     """Answers resource registrations and invokes the way the providers would, with fakes.
 
     Only the attributes the program reads back are invented; everything else is echoed, so a
-    resource's state is its inputs plus obviously fake computed values.
+    resource's state is its inputs plus obviously fake computed values. Invokes are answered
+    from `invokes` (token: response, or a function of the invoke's arguments), and each answer
+    given is kept in `answered`, so that a plan can say which example answers it rests on.
     """
 
-    def __init__(self, project: str) -> None:
+    def __init__(self, project: str, invokes: dict[str, Any] | None = None) -> None:
         self.project = project
+        self.invokes = {**EXAMPLE_INVOKES, **(invokes or {})}
+        self.answered: dict[str, Any] = {}
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs):
         state = copy.deepcopy(args.inputs)
@@ -226,6 +274,9 @@ class FakeCloud(pulumi_mocks.Mocks):
                 "selfLink": f"https://container.googleapis.com/v1/projects/{self.project}/"
                 f"locations/{state.get('location', 'unknown')}/clusters/{cluster_name}",
             }
+        if type_ == "gcp:serviceaccount/account:Account":
+            project = state.get("project", self.project)
+            return {"email": f"{state.get('accountId', name)}@{project}.iam.gserviceaccount.com"}
         if type_ == "gcp:storage/bucket:Bucket":
             bucket = state.get("name", name)
             return {"url": f"gs://{bucket}", "selfLink": f"storage/{bucket}"}
@@ -239,6 +290,11 @@ class FakeCloud(pulumi_mocks.Mocks):
         return {}
 
     def call(self, args: pulumi_mocks.MockCallArgs):
+        if args.token in self.invokes:
+            answer = self.invokes[args.token]
+            answer = copy.deepcopy(answer(args.args) if callable(answer) else answer)
+            self.answered[args.token] = answer
+            return answer
         if args.token == "gcp:organizations/getProject:getProject":
             project_id = args.args.get("projectId") or self.project
             return {"projectId": project_id, "number": FAKE_PROJECT_NUMBER, "name": project_id}
@@ -286,15 +342,20 @@ def run(
     config: dict[str, Any] | None = None,
     secret_keys: list[str] | None = None,
     preview: bool = False,
+    invokes: dict[str, Any] | None = None,
+    recording: Recording | None = None,
 ) -> Recording:
     """Run `program` under mocks with the given config; return what it registered and exported.
 
     `config` keys are fully qualified (`verl-gke:target`, `gcp:project`); values are strings as
-    the Pulumi CLI passes them (objects as JSON). Each call starts from a fresh root stack.
+    the Pulumi CLI passes them (objects as JSON). `invokes` replaces FakeCloud's answers to
+    invokes by token. Pass `recording` to keep what was registered even when the program
+    raises. Each call starts from a fresh root stack.
     """
-    recording = Recording()
+    recording = recording if recording is not None else Recording()
     project_id = str((config or {}).get("gcp:project", "example-project"))
-    mocks = FakeCloud(project_id)
+    mocks = FakeCloud(project_id, invokes)
+    recording.invokes = mocks.answered
     pulumi_settings.ROOT.set(None)
     pulumi.runtime.set_all_config(dict(config or {}), secret_keys or [])
     pulumi.runtime.set_mocks(

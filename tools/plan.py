@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from components.facts.hardware import profile
+from components.messages import quoted
 from tools import mockrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,8 +51,69 @@ class StackInputs:
     example_keys: list[str] = field(default_factory=list)
 
 
+class StackFileError(Exception):
+    """A project or stack file the Pulumi CLI could not read either; says which and why."""
+
+
+def read_yaml_file(path: Path) -> dict[str, Any]:
+    """A YAML mapping from `path`, or StackFileError naming the file and the problem."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise StackFileError(f"{path.name} does not exist") from None
+    except UnicodeDecodeError as error:
+        raise StackFileError(
+            f"{path.name} is not UTF-8 text (byte {error.start} is {error.object[error.start]:#04x}): "
+            "save it as UTF-8"
+        ) from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise StackFileError(f"{path.name} is not valid YAML{where}: {problem}") from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise StackFileError(
+            f"{path.name} holds a YAML {type(document).__name__}, not a mapping of keys such as "
+            "`config:`"
+        )
+    return document
+
+
+def _config_section(path: Path, document: dict[str, Any]) -> dict[str, Any]:
+    """The `config:` mapping of a stack file, its keys checked the way the CLI parses them."""
+    section = document.get("config")
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise StackFileError(
+            f"{path.name}: `config` must be a mapping of `<namespace>:<key>: value`, not a YAML "
+            f"{type(section).__name__}"
+        )
+    for key, value in section.items():
+        if not isinstance(key, str) or key.count(":") != 1 or key.startswith(":") or key.endswith(":"):
+            raise StackFileError(
+                f"{path.name}: config key {quoted(key)} is not of the form <namespace>:<key> "
+                "(e.g. verl-gke:zone)"
+            )
+        if isinstance(value, dict) and "secure" in value and not isinstance(value["secure"], str):
+            raise StackFileError(f"{path.name}: {key}.secure must be the ciphertext string")
+    return section
+
+
+def _project_document() -> dict[str, Any]:
+    path = ROOT / "Pulumi.yaml"
+    document = read_yaml_file(path)
+    if not isinstance(document.get("name"), str) or not isinstance(document.get("config") or {}, dict):
+        raise StackFileError(f"{path.name} needs a `name` string and a `config` mapping")
+    return document
+
+
 def project_name() -> str:
-    return yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["name"]
+    return _project_document()["name"]
 
 
 def _as_cli_string(value: Any) -> str:
@@ -62,28 +125,31 @@ def _as_cli_string(value: Any) -> str:
     return str(value)
 
 
-class MissingConfig(Exception):
+class MissingConfig(StackFileError):
     """Keys the Pulumi CLI would refuse to run without (declared, no default, not set)."""
 
 
-def stack_inputs(stack: str, mode: str | None = None) -> StackInputs:
+def stack_inputs(
+    stack: str, mode: str | None = None, overrides: dict[str, str] | None = None
+) -> StackInputs:
     """The config the CLI would pass for `stack`, with example values for unset site facts.
 
     Mirrors the CLI's merge: the stack file's values, else the project's declared defaults; a
-    declared key with neither is an error. Plan mode fills site facts (EXAMPLE_VALUES) before
-    that check, and never over a value the stack file sets.
+    declared key with neither is an error. `overrides` count as set in the stack file (as
+    `pulumi config set` would write them). Plan mode fills site facts (EXAMPLE_VALUES) before
+    that check, and never over a value that is set.
     """
-    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    project = _project_document()
     stack_file = ROOT / f"Pulumi.{stack}.yaml"
     if not stack_file.exists():
         known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
-        raise SystemExit(f"no stack file {stack_file.name}; stacks: {', '.join(known)}")
+        raise StackFileError(f"no stack file {stack_file.name}; stacks: {', '.join(known)}")
     declared = {
         _qualified(key, project["name"]): spec for key, spec in (project.get("config") or {}).items()
     }
     config: dict[str, str] = {}
     secret_keys: list[str] = []
-    for key, value in ((yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}).items():
+    for key, value in _config_section(stack_file, read_yaml_file(stack_file)).items():
         if isinstance(value, dict) and "secure" in value:
             # Ciphertext cannot be read offline; stand in an example value, still secret.
             config[key] = EXAMPLE_SECRETS.get(key, "EXAMPLE-SECRET")
@@ -92,11 +158,16 @@ def stack_inputs(stack: str, mode: str | None = None) -> StackInputs:
             config[key] = _as_cli_string(value)
     if mode:
         config[f"{NAMESPACE}:clusterMode"] = mode
+    config.update(overrides or {})  # as `pulumi config set` would, before anything is derived
     inputs = StackInputs(config=config, secret_keys=secret_keys)
-    autopilot = config.get(f"{NAMESPACE}:clusterMode") == "autopilot"
+    # Autopilot brings its own capacity, spot and flex-start consume none: a reservation would
+    # be an error there.
+    no_reservation = config.get(f"{NAMESPACE}:clusterMode") == "autopilot" or config.get(
+        f"{NAMESPACE}:provisioning", "reservation"
+    ) != "reservation"
     for key, value in {**EXAMPLE_VALUES, **EXAMPLE_SECRETS}.items():
-        if autopilot and key == f"{NAMESPACE}:reservation":
-            continue  # Autopilot brings its own capacity; a reservation is an error there
+        if no_reservation and key == f"{NAMESPACE}:reservation":
+            continue
         if key not in config:
             config[key] = value
             inputs.example_keys.append(key)
@@ -122,19 +193,52 @@ def _qualified(key: str, project: str) -> str:
     return key if ":" in key else f"{project}:{key}"
 
 
+def example_invokes(config: dict[str, str]) -> dict[str, Any]:
+    """What a project fit for the stack would answer its capacity invokes: a ready reservation
+    of the target's machine type with room for the nodes, and enough preemptible GPU quota."""
+    hw = profile(config[f"{NAMESPACE}:target"])
+    nodes = int(config.get(f"{NAMESPACE}:gpuNodes") or 0) or hw.default_nodes
+    reservation = config.get(f"{NAMESPACE}:reservation") or EXAMPLE_VALUES[f"{NAMESPACE}:reservation"]
+    return {
+        mockrun.GET_RESERVATION: {
+            "name": reservation.split("/")[0],
+            "status": "READY",
+            "blockNames": [reservation.split("/")[-1]] if "/" in reservation else [],
+            "specificReservations": [
+                {"count": nodes, "inUseCount": 0,
+                 "instanceProperties": [{"machineType": hw.machine_type}]}
+            ],
+        },
+        mockrun.GET_RESERVATION_BLOCK: {"blockCount": nodes, "inUseCount": 0, "status": "READY"},
+        mockrun.QUOTA_INFOS: {"quotaInfos": [{
+            "quotaId": hw.preemptible_gpu_quota or "",
+            "dimensionsInfos": [
+                {"dimensions": {"region": config[f"{NAMESPACE}:region"]},
+                 "details": [{"value": str(nodes * hw.gpus_per_node)}]}
+            ],
+        }]},
+    }
+
+
 def run_program(
-    stack: str, mode: str | None = None, overrides: dict[str, str] | None = None
+    stack: str,
+    mode: str | None = None,
+    overrides: dict[str, str] | None = None,
+    invokes: dict[str, Any] | None = None,
+    recording: mockrun.Recording | None = None,
 ) -> tuple[StackInputs, mockrun.Recording]:
     """Run __main__.py under mocks with the stack's config, `overrides` (fully qualified keys)
-    applied on top. Raises ConfigError on bad config."""
-    inputs = stack_inputs(stack, mode)
-    inputs.config.update(overrides or {})
+    applied on top, and `invokes` answered instead of the example answers. Raises ConfigError
+    on bad config."""
+    inputs = stack_inputs(stack, mode, overrides)
     recording = mockrun.run(
         lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_main__"),
         project=project_name(),
         stack=stack,
         config=inputs.config,
         secret_keys=inputs.secret_keys,
+        invokes={**example_invokes(inputs.config), **(invokes or {})},
+        recording=recording,
     )
     return inputs, recording
 
@@ -143,7 +247,7 @@ def plan_document(stack: str, inputs: StackInputs, recording: mockrun.Recording)
     return {
         "stack": stack,
         "project": project_name(),
-        "exampleValues": {k: "[secret]" if k in EXAMPLE_SECRETS else inputs.config[k] for k in inputs.example_keys},
+        "exampleValues": example_values(inputs, recording),
         "resources": [
             {
                 "urn": r.urn,
@@ -161,6 +265,16 @@ def plan_document(stack: str, inputs: StackInputs, recording: mockrun.Recording)
         ],
         "outputs": recording.plain_outputs(),
     }
+
+
+def example_values(inputs: StackInputs, recording: mockrun.Recording) -> dict[str, Any]:
+    """Config the stack file leaves unset, and what the mocks answered the program's invokes
+    (`invoke:<token>`): everything the plan rests on that a real project would say otherwise."""
+    values: dict[str, Any] = {
+        k: "[secret]" if k in EXAMPLE_SECRETS else inputs.config[k] for k in inputs.example_keys
+    }
+    values.update({f"invoke:{token}": answer for token, answer in recording.invokes.items()})
+    return values
 
 
 def _parent(urn: str | None) -> str | None:
@@ -196,7 +310,7 @@ def write_plan(stack: str, mode: str | None, out: Path, quiet: bool) -> int:
 
     try:
         inputs, recording = run_program(stack, mode)
-    except MissingConfig as error:
+    except StackFileError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except ConfigError as error:
@@ -214,11 +328,12 @@ def write_plan(stack: str, mode: str | None, out: Path, quiet: bool) -> int:
         print(f"Previewing update ({stack}, offline, Pulumi mock runtime):\n")
         print(f"    + pulumi:pulumi:Stack{'':<36} {project_name()}-{stack}")
         print("\n".join(tree_lines(recording)))
-        if inputs.example_keys:
-            print("\nExample values stand in for site facts the stack file leaves unset:")
-            for key in inputs.example_keys:
-                shown = "[secret]" if key in EXAMPLE_SECRETS else inputs.config[key]
-                print(f"    {key} = {shown}")
+        examples = example_values(inputs, recording)
+        if examples:
+            print("\nExample values stand in for site facts and for what the project would answer:")
+            for key, shown in examples.items():
+                text = shown if isinstance(shown, str) else json.dumps(shown)
+                print(f"    {key} = {text if len(text) <= 100 else text[:99] + '…'}")
     print(
         f"\n{stack}{'/' + mode if mode else ''}: {len(recording.resources) + 1} to create "
         f"({len(objects)} Kubernetes objects); wrote {target}/plan.json and manifests.yaml"

@@ -14,13 +14,14 @@ secret. It does not create GPU nodes (GpuNodePool does).
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.options import child_options
+from components.cluster.node_identity import OAUTH_SCOPES
+from components.options import child_options, fixed_name
 
 SYSTEM_POOL = "system-pool"
 
@@ -45,7 +46,10 @@ class GkeClusterArgs:
     region: str
     cluster_name: str
     autopilot: bool
-    min_version: str
+    # The version a new cluster starts at, as GKE offers it today (components/cluster/
+    # gke_version.py); the release channel upgrades it afterwards.
+    version: str
+    # GKE's deletion protection, and Pulumi's `protect` on the cluster: both on by default.
     deletion_protection: bool
     # RFC 3339 start of the no-upgrade window; None: the day of creation, never revisited (a
     # default of "today" would otherwise change the cluster on every later `pulumi up`).
@@ -54,6 +58,20 @@ class GkeClusterArgs:
     # with Helm instead (VerlRayCluster's operator release), so the add-on must stay off there.
     ray_addon: bool = True
     dra_beta_apis: bool = False
+    # The nodes' network: the stack's PrimaryNetwork, or the user's. With `secondary_ranges`
+    # (pods, services) the cluster uses those named ranges; without, GKE creates them.
+    network: pulumi.Input[str] | None = None
+    subnetwork: pulumi.Input[str] | None = None
+    secondary_ranges: tuple[str, str] | None = None
+    # The service account of every node (NodeIdentity); never the Compute Engine default.
+    node_service_account: pulumi.Input[str] | None = None
+    # Google Cloud labels of the cluster (cost attribution); GKE copies them to its nodes.
+    labels: dict[str, str] = field(default_factory=dict)
+    # CIDR ranges that may reach the control plane; empty: any (credentials still required).
+    control_plane_cidrs: tuple[str, ...] = ()
+    # What nodes need before they start (the node account's roles, the network's NAT): the
+    # system pool and everything in the cluster wait for them, the control plane does not.
+    node_prerequisites: tuple[pulumi.Resource, ...] = ()
 
 
 class GkeCluster(pulumi.ComponentResource):
@@ -74,14 +92,26 @@ class GkeCluster(pulumi.ComponentResource):
         self.cluster = gcp.container.Cluster(
             f"{name}-cluster",
             cluster_args,
-            opts=pulumi.ResourceOptions.merge(
+            opts=fixed_name(
                 child,
-                pulumi.ResourceOptions(
-                    ignore_changes=[] if args.exclusion_start else [EXCLUSION_START_PATH]
-                ),
+                # The creation version is only that: a newer default on a later run must not
+                # become an upgrade request (the provider upgrades the master whenever
+                # min_master_version grows), and the channel moves the cluster on anyway.
+                ignore_changes=[
+                    "minMasterVersion",
+                    *([] if args.exclusion_start else [EXCLUSION_START_PATH]),
+                ],
+                # Pulumi refuses to delete or replace a protected resource, before GKE's own
+                # deletion protection is even asked.
+                protect=args.deletion_protection,
             ),
         )
-        self.system_pool = None if args.autopilot else _system_pool(name, args, self.cluster, child)
+        node_opts = pulumi.ResourceOptions.merge(
+            child, pulumi.ResourceOptions(depends_on=list(args.node_prerequisites))
+        )
+        self.system_pool = (
+            None if args.autopilot else _system_pool(name, args, self.cluster, node_opts)
+        )
 
         self.name = self.cluster.name
         self.location = self.cluster.location
@@ -100,7 +130,10 @@ class GkeCluster(pulumi.ComponentResource):
             k8s.ProviderArgs(kubeconfig=self.kubeconfig, enable_server_side_apply=True),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[] if args.autopilot else [self.system_pool],
+                depends_on=[
+                    *args.node_prerequisites,
+                    *([] if args.autopilot else [self.system_pool]),
+                ],
             ),
         )
         self.register_outputs(
@@ -159,7 +192,7 @@ def _common(args: GkeClusterArgs) -> dict:
         enable_multi_networking=True,
         datapath_provider="ADVANCED_DATAPATH",  # Dataplane V2: needed by multi-networking
         release_channel=gcp.container.ClusterReleaseChannelArgs(channel="REGULAR"),
-        min_master_version=args.min_version,
+        min_master_version=args.version,
         addons_config=_addons(args),
         monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
             # DCGM: per-GPU utilisation, memory and NVLink metrics in Managed Prometheus.
@@ -172,6 +205,48 @@ def _common(args: GkeClusterArgs) -> dict:
             enable_components=["SYSTEM_COMPONENTS", "WORKLOADS"]
         ),
         maintenance_policy=_maintenance_policy(args),
+        network=args.network,
+        subnetwork=args.subnetwork,
+        ip_allocation_policy=_ip_allocation(args),
+        # Private nodes: no external addresses; they leave through the network's Cloud NAT.
+        # The control plane keeps its public endpoint (for `pulumi up` and kubectl), limited to
+        # `control_plane_cidrs` when given. GKE >= 1.29 runs the control plane's private side
+        # over Private Service Connect, so no master CIDR block is needed. The API now prefers
+        # NetworkConfig.defaultEnablePrivateNodes (container.v1 PrivateClusterConfig:
+        # "Deprecated: Use NetworkConfig.default_enable_private_nodes"); pulumi-gcp 10.2 has no
+        # such cluster argument, and the API still honours this one.
+        private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
+            enable_private_nodes=True, enable_private_endpoint=False
+        ),
+        master_authorized_networks_config=_authorized_networks(args),
+        resource_labels=args.labels or None,
+        # GKE cost allocation: the bill broken down by namespace and label
+        # (kubernetes-engine/docs/how-to/cost-allocations).
+        cost_management_config=gcp.container.ClusterCostManagementConfigArgs(enabled=True),
+    )
+
+
+def _ip_allocation(args: GkeClusterArgs) -> gcp.container.ClusterIpAllocationPolicyArgs:
+    if args.secondary_ranges is None:
+        return gcp.container.ClusterIpAllocationPolicyArgs()
+    pods, services = args.secondary_ranges
+    return gcp.container.ClusterIpAllocationPolicyArgs(
+        cluster_secondary_range_name=pods, services_secondary_range_name=services
+    )
+
+
+def _authorized_networks(
+    args: GkeClusterArgs,
+) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
+    if not args.control_plane_cidrs:
+        return None
+    return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
+        cidr_blocks=[
+            gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                cidr_block=cidr, display_name=f"verl-gke-{n}"
+            )
+            for n, cidr in enumerate(args.control_plane_cidrs)
+        ]
     )
 
 
@@ -179,7 +254,11 @@ def _standard_args(args: GkeClusterArgs) -> gcp.container.ClusterArgs:
     return gcp.container.ClusterArgs(
         **_common(args),
         networking_mode="VPC_NATIVE",
-        ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(),
+        # The default pool exists for a moment before it is removed: even it never runs as the
+        # Compute Engine default service account.
+        node_config=gcp.container.ClusterNodeConfigArgs(
+            service_account=args.node_service_account, oauth_scopes=OAUTH_SCOPES
+        ),
         workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
             workload_pool=f"{args.project}.svc.id.goog"
         ),
@@ -195,8 +274,19 @@ def _standard_args(args: GkeClusterArgs) -> gcp.container.ClusterArgs:
 
 
 def _autopilot_args(args: GkeClusterArgs) -> gcp.container.ClusterArgs:
-    # Autopilot always runs VPC-native with workload identity; asking again is an error.
-    return gcp.container.ClusterArgs(**_common(args), enable_autopilot=True)
+    # Autopilot always runs VPC-native with workload identity; asking again is an error. Its
+    # nodes take their service account from the auto-provisioning defaults.
+    return gcp.container.ClusterArgs(
+        **_common(args),
+        enable_autopilot=True,
+        cluster_autoscaling=gcp.container.ClusterClusterAutoscalingArgs(
+            auto_provisioning_defaults=(
+                gcp.container.ClusterClusterAutoscalingAutoProvisioningDefaultsArgs(
+                    service_account=args.node_service_account, oauth_scopes=OAUTH_SCOPES
+                )
+            )
+        ),
+    )
 
 
 def _addons(args: GkeClusterArgs) -> gcp.container.ClusterAddonsConfigArgs:
@@ -239,13 +329,21 @@ def _maintenance_policy(args: GkeClusterArgs) -> gcp.container.ClusterMaintenanc
                 start_time=args.exclusion_start or _today(),
                 exclusion_options=(
                     gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
-                        scope="NO_MINOR_OR_NODE_UPGRADES",
+                        scope=exclusion_scope(args.autopilot),
                         end_time_behavior="UNTIL_END_OF_SUPPORT",
                     )
                 ),
             )
         ],
     )
+
+
+def exclusion_scope(autopilot: bool) -> str:
+    """NO_MINOR_OR_NODE_UPGRADES ("excludes all minor upgrades for the cluster, and also exclude
+    all node pool upgrades", container.v1 MaintenanceExclusionOptions.scope) is about node pools,
+    which an Autopilot cluster does not have: Google manages its nodes. Autopilot gets
+    NO_MINOR_UPGRADES, the scope whose meaning holds for every cluster."""
+    return "NO_MINOR_UPGRADES" if autopilot else "NO_MINOR_OR_NODE_UPGRADES"
 
 
 def _today() -> str:
@@ -273,7 +371,15 @@ def _system_pool(
                 # The staging Job and the Ray head pull the ~25 GB verl image here and stage
                 # through gcsfuse's sidecar disk: the 100 GB default boot disk is too tight.
                 disk_size_gb=SYSTEM_DISK_GB,
+                service_account=args.node_service_account,
+                oauth_scopes=OAUTH_SCOPES,
+                # Image streaming needs Container-Optimized OS with containerd (GKE image-streaming
+                # requirements); stated rather than left to GKE's default image type.
+                image_type="COS_CONTAINERD",
+                resource_labels=args.labels or None,
                 gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+                # The staging Job and the Ray head start the ~25 GB verl image here too.
+                gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
                 workload_metadata_config=(
                     gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
                 ),
@@ -281,7 +387,5 @@ def _system_pool(
             ),
         ),
         # The autoscaler owns the node count after creation.
-        opts=pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(ignore_changes=["initialNodeCount"])
-        ),
+        opts=fixed_name(opts, ignore_changes=["initialNodeCount"]),
     )

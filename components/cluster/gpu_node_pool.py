@@ -2,9 +2,10 @@
 
 The tutorial's pool (machine type, accelerators with the default driver, reservation affinity,
 additional node networks) plus what Cluster Toolkit's gke-node-pool module adds for these
-machines: COMPACT placement, gVNIC, image streaming, local-SSD ephemeral storage, the GPU taint,
-workload identity metadata, and for A4X the `auto` accelerator network profile (DRANET) with a
-HIGH_THROUGHPUT 1x72 workload policy. Autopilot clusters have no node pools: this component is
+machines: gVNIC, image streaming, local-SSD ephemeral storage, the GPU taint, workload identity
+metadata, and for A4X the `auto` accelerator network profile (DRANET) with a HIGH_THROUGHPUT
+1x72 workload policy. Placement and repair follow Cluster Toolkit's preconditions per capacity
+(see `_placement` and `_management`). Autopilot clusters have no node pools: this component is
 not used there.
 """
 
@@ -16,15 +17,15 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.facts.hardware import HardwareProfile, NodeNetworking
-from components.options import child_options
+from components.cluster.node_identity import OAUTH_SCOPES
+from components.options import child_options, fixed_name
+from components.schema import names
 from components.schema.choices import Capacity
 
 POOL_NAME = "gpu-pool"
 GPU_TAINT = gcp.container.NodePoolNodeConfigTaintArgs(
     key="nvidia.com/gpu", value="present", effect="NO_SCHEDULE"
 )
-# A4X: one NVL72 rack (18 trays of 4 GPUs), the topology the IMEX domain spans.
-A4X_TOPOLOGY = "1x72"
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,12 @@ class GpuNodePoolArgs:
     nodes: int
     capacity: Capacity
     reservation: str | None  # `<name>` or `<name>/reservationBlocks/<block>`
+    # A4X's workload policy name (components/schema/names.py); None for A4 / A3 Ultra.
+    placement_policy: str | None = None
+    # The nodes' service account (NodeIdentity); never the Compute Engine default.
+    service_account: pulumi.Input[str] | None = None
+    # Google Cloud labels of the nodes' VMs (cost attribution), and of the placement policy.
+    labels: dict[str, str] = field(default_factory=dict)
     # (network, subnetwork) pairs from RdmaNetworks, in NIC order; empty on A4X.
     node_networks: list[tuple[pulumi.Input[str], pulumi.Input[str]]] = field(default_factory=list)
 
@@ -50,9 +57,9 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__("verl-gke:index:GpuNodePool", name, None, opts)
         hw = args.hardware
         child = child_options(self, opts)
-        policy_name = None
+        policy = None
         if hw.networking is NodeNetworking.DRANET:
-            policy_name = _workload_policy(name, args, child).name
+            policy = _workload_policy(name, args, child)
 
         self.pool = gcp.container.NodePool(
             f"{name}-pool",
@@ -64,19 +71,14 @@ class GpuNodePool(pulumi.ComponentResource):
                 node_locations=[args.zone],
                 initial_node_count=0 if args.capacity is Capacity.FLEX_START else args.nodes,
                 autoscaling=_autoscaling(args),
-                management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
-                placement_policy=gcp.container.NodePoolPlacementPolicyArgs(
-                    type="COMPACT", policy_name=policy_name
-                ),
+                management=_management(args),
+                placement_policy=_placement(args, policy),
                 network_config=_network_config(args),
                 node_config=_node_config(args),
             ),
-            opts=pulumi.ResourceOptions.merge(
-                child,
-                # The autoscaler and GKE repairs change the node count; a later `pulumi up`
-                # must not try to put it back (that would replace the pool).
-                pulumi.ResourceOptions(ignore_changes=["initialNodeCount"]),
-            ),
+            # The autoscaler and GKE repairs change the node count; a later `pulumi up` must not
+            # try to put it back (that would replace the pool).
+            opts=fixed_name(child, ignore_changes=["initialNodeCount"]),
         )
         self.name = self.pool.name
         self.register_outputs({"name": self.name})
@@ -85,27 +87,58 @@ class GpuNodePool(pulumi.ComponentResource):
 def _workload_policy(
     name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions
 ) -> gcp.compute.ResourcePolicy:
+    if not args.placement_policy:
+        raise ValueError(f"GpuNodePool {name!r}: A4X needs GpuNodePoolArgs.placement_policy")
     return gcp.compute.ResourcePolicy(
         f"{name}-placement",
         gcp.compute.ResourcePolicyArgs(
             # Regional and project-wide: named after the cluster so two stacks never collide.
-            name=pulumi.Output.concat(args.cluster, f"-{A4X_TOPOLOGY}-placement"),
+            name=args.placement_policy,
             project=args.project,
             region=args.region,
             workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
-                type="HIGH_THROUGHPUT", accelerator_topology=A4X_TOPOLOGY
+                type="HIGH_THROUGHPUT", accelerator_topology=names.A4X_TOPOLOGY
             ),
         ),
-        opts=opts,
+        # Its name is not ForceNew in the provider: fixed_name makes a rename a replacement.
+        opts=fixed_name(opts),
     )
 
 
+def _placement(
+    args: GpuNodePoolArgs, policy: gcp.compute.ResourcePolicy | None
+) -> gcp.container.NodePoolPlacementPolicyArgs | None:
+    """Cluster Toolkit's placement per capacity (modules/compute/gke-node-pool, examples/gke-*).
+
+    - A4X: COMPACT with the 1x72 workload policy (CT resource-policy module: type COMPACT plus
+      the policy name).
+    - A4 / A3 Ultra on a reservation: none. CT's gke-a4 and gke-a3-ultragpu reservation pools
+      set no placement policy: the reservation (or its block) already places the VMs, and
+      Compute Engine's compact policies do not work with shared reservations.
+    - A4 / A3 Ultra on spot or flex-start: COMPACT, for low latency between nodes. CT allows
+      COMPACT with DWS flex-start only "for A3 Ultra, A4, and H4D machine types", the two here.
+    """
+    if policy is not None:
+        return gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", policy_name=policy.name)
+    if args.capacity is Capacity.RESERVATION:
+        return None
+    return gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT")
+
+
+def _management(args: GpuNodePoolArgs) -> gcp.container.NodePoolManagementArgs:
+    # Cluster Toolkit gke-node-pool precondition: "enable_flex_start needs node auto_repair set
+    # to false" (a repaired flex-start node would be a new request for capacity).
+    repair = args.capacity is not Capacity.FLEX_START
+    return gcp.container.NodePoolManagementArgs(auto_repair=repair, auto_upgrade=True)
+
+
 def _autoscaling(args: GpuNodePoolArgs) -> gcp.container.NodePoolAutoscalingArgs:
-    # Flex-start capacity arrives through the autoscaler only, so it must be free to start at 0.
+    """Exactly the nodes the RayCluster uses: one worker per node, so a larger pool would only
+    cost money. Flex-start capacity arrives through the autoscaler only, so it starts at 0."""
     minimum = 0 if args.capacity is Capacity.FLEX_START else args.nodes
     return gcp.container.NodePoolAutoscalingArgs(
         total_min_node_count=minimum,
-        total_max_node_count=args.hardware.max_nodes,
+        total_max_node_count=args.nodes,
         location_policy="ANY",
     )
 
@@ -130,6 +163,12 @@ def _node_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNodeConfigArgs:
     return gcp.container.NodePoolNodeConfigArgs(
         machine_type=hw.machine_type,
         disk_type=hw.boot_disk_type,
+        service_account=args.service_account,
+        oauth_scopes=OAUTH_SCOPES,
+        # Image streaming needs Container-Optimized OS with containerd (GKE image-streaming
+        # requirements); stated rather than left to GKE's default image type.
+        image_type="COS_CONTAINERD",
+        resource_labels=args.labels or None,
         guest_accelerators=[
             gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
                 type=hw.gpu_type,
@@ -148,11 +187,11 @@ def _node_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNodeConfigArgs:
         # Image streaming: the ~25 GB verl image starts in seconds instead of minutes.
         gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
         ephemeral_storage_local_ssd_config=(
-            gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
-                local_ssd_count=hw.local_ssd_count
+            None
+            if hw.ephemeral_local_ssds is None
+            else gcp.container.NodePoolNodeConfigEphemeralStorageLocalSsdConfigArgs(
+                local_ssd_count=hw.ephemeral_local_ssds
             )
-            if hw.local_ssd_count
-            else None
         ),
         taints=[GPU_TAINT],
         workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(

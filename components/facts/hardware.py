@@ -12,6 +12,8 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
+from components.facts.addressing import MAX_RDMA_VPC_NODES
+
 
 class Target(str, enum.Enum):
     A4 = "a4"
@@ -54,12 +56,25 @@ class HardwareProfile:
     arch: Arch
     networking: NodeNetworking
     default_nodes: int
+    # The most GPU nodes one stack can have, and the constraint it comes from (said in errors).
     max_nodes: int
+    max_nodes_reason: str
     autopilot_supported: bool
-    # Local NVMe SSDs used as ephemeral storage (Cluster Toolkit: 32 on a3-ultragpu-8g and
-    # a4-highgpu-8g). 0 means the machine type has none to attach.
-    local_ssd_count: int
+    # Capacity only a reservation can give (no spot, no flex-start).
+    reservation_only: bool
+    # Local NVMe SSDs that back ephemeral storage (GKE's ephemeral_storage_local_ssd_config).
+    # None: not configured, ephemeral storage lives on the boot disk. 0: the machine's bundled
+    # count; the API says "for Gen3 machines which dictate a specific number of local ssds, zero
+    # (or unset) means to use the default number of local ssds that goes with that machine type"
+    # (container.v1 EphemeralStorageLocalSsdConfig.localSsdCount).
+    ephemeral_local_ssds: int | None
     boot_disk_type: str
+    # The oldest GKE version the target runs on; None: any version GKE offers.
+    min_gke_version: str | None
+    # Cloud Quotas id of the regional GPU quota that spot and flex-start VMs consume ("Spot:
+    # Preemptible quota is charged", "Flex-start: Preemptible quota is charged", Google's AI
+    # Hypercomputer consumption-models table); None where neither is offered.
+    preemptible_gpu_quota: str | None
     # NCCL tuner shipped by the gIB installer; A3 Ultra needs its own (ANCHORS defect 2).
     nccl_tuner_config: str | None
     ray_version: str
@@ -72,7 +87,10 @@ class HardwareProfile:
         """Why `nodes` GPU nodes of this machine type cannot be, naming `key`; None if they can."""
         if 1 <= nodes <= self.max_nodes:
             return None
-        return f"{key} = {nodes} is out of range for {self.machine_type}: use 1 to {self.max_nodes}"
+        return (
+            f"{key} = {nodes} is out of range for {self.machine_type}: use 1 to "
+            f"{self.max_nodes} ({self.max_nodes_reason})"
+        )
 
 
 _A4 = HardwareProfile(
@@ -84,10 +102,18 @@ _A4 = HardwareProfile(
     arch=Arch.AMD64,
     networking=NodeNetworking.RDMA_VPC,
     default_nodes=2,
-    max_nodes=10,
+    max_nodes=MAX_RDMA_VPC_NODES,
+    max_nodes_reason=(
+        f"each node takes an address in every /24 node subnet, which holds {MAX_RDMA_VPC_NODES}"
+    ),
     autopilot_supported=True,
-    local_ssd_count=32,
+    reservation_only=False,
+    # Cluster Toolkit's gke-node-pool table (disk_definitions.tf): 32 on a3-ultragpu-8g and
+    # a4-highgpu-8g, the machines' full set.
+    ephemeral_local_ssds=32,
     boot_disk_type="hyperdisk-balanced",
+    min_gke_version=None,
+    preemptible_gpu_quota="PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region",
     nccl_tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb",
     ray_version="2.47.0",
     worker=PodShape(cpu="220", memory="2800Gi", ephemeral_storage="1000Gi"),
@@ -105,6 +131,7 @@ PROFILES: dict[Target, HardwareProfile] = {
         gpu_type="nvidia-h200-141gb",
         machine_type="a3-ultragpu-8g",
         nccl_tuner_config="/usr/local/gib/configs/tuner_config_a3u.txtpb",
+        preemptible_gpu_quota="PREEMPTIBLE-NVIDIA-H200-GPUS-per-project-region",
     ),
     Target.A4X: HardwareProfile(
         target=Target.A4X,
@@ -115,11 +142,25 @@ PROFILES: dict[Target, HardwareProfile] = {
         arch=Arch.ARM64,
         networking=NodeNetworking.DRANET,
         default_nodes=4,
-        # One NVL72 domain: 18 trays of 4 GB200 (topology 1x72).
+        # "A4X capacity is provisioned in fixed, non-shareable 18-node blocks called NVLink
+        # domains" (Google Cloud, A4X docs); the pool's workload policy is one 1x72 domain.
         max_nodes=18,
+        max_nodes_reason="one NVL72 domain (accelerator topology 1x72) is 18 nodes of 4 GPUs",
         autopilot_supported=False,
-        local_ssd_count=0,
+        # "You must use the reservation-bound provisioning model. Other provisioning models are
+        # not supported." (Google Cloud, "Create an AI-optimized MIG with A4X").
+        reservation_only=True,
+        # a4x-highgpu-4g comes with 12,000 GiB of Local SSD that Compute Engine attaches itself
+        # (Google Cloud, Arm VMs). Without this block GKE puts ephemeral storage on the 100 GB
+        # boot disk ("If unspecified, ephemeral storage is backed by the boot disk",
+        # terraform-provider-google node_config.go), and the head plus a worker on one node ask
+        # for 520 Gi of it: they would stay Pending. 0 = all the machine's bundled SSDs.
+        ephemeral_local_ssds=0,
         boot_disk_type="hyperdisk-balanced",
+        # DRANET (the `auto` accelerator network profile with GKE's managed DRA driver) needs
+        # this version (Cluster Toolkit gke-a4x precondition).
+        min_gke_version="1.34.1-gke.1829001",
+        preemptible_gpu_quota=None,  # reservation-bound only
         # A4X's gIB plugin picks its tuning through NCCL_ENV_PLUGIN=gcp instead of a tuner file.
         nccl_tuner_config=None,
         ray_version="2.49.0",

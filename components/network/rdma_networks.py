@@ -15,23 +15,19 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.options import child_options
+from components.schema import names
+from components.facts.addressing import GVNIC_CIDR, GVNIC_FIREWALL_SOURCE, rdma_cidr
+from components.options import child_options, fixed_name
 
 # Cluster Toolkit's gpu-rdma-vpc module and its gke-a4 / gke-a3-ultragpu blueprints set this MTU
 # on both VPCs: RoCE and the gVNIC data path both need jumbo frames for line rate.
 MTU = 8896
 
 GVNIC_NETWORK = "gvnic-1"
-GVNIC_CIDR = "192.168.0.0/24"
-GVNIC_FIREWALL_SOURCE = "192.168.0.0/16"
 
 
 def rdma_network(index: int) -> str:
     return f"rdma-{index}"
-
-
-def rdma_cidr(index: int) -> str:
-    return f"192.168.{index + 1}.0/24"
 
 
 @dataclass(frozen=True)
@@ -39,8 +35,8 @@ class RdmaNetworksArgs:
     project: str
     region: str
     zone: str
-    gvnic_prefix: str  # VPC `<prefix>-net`, subnet `<prefix>-sub`, firewall `<prefix>-internal`
-    rdma_prefix: str  # VPC `<prefix>-net`, subnets `<prefix>-sub-<n>`
+    gvnic_prefix: str  # VPC, subnet and firewall names derive from it (components/schema/names.py)
+    rdma_prefix: str  # VPC and one subnet per NIC
     nic_count: int  # RDMA NICs per node: 8 on a4-highgpu-8g and a3-ultragpu-8g
 
 
@@ -59,11 +55,13 @@ class RdmaNetworks(pulumi.ComponentResource):
         self._child = child_options(self, opts)
 
         self.gvnic_network = self._vpc("gvnic", args.gvnic_prefix, profile=None)
-        self.gvnic_subnet = self._subnet("gvnic-sub", f"{args.gvnic_prefix}-sub", self.gvnic_network, GVNIC_CIDR)
+        self.gvnic_subnet = self._subnet(
+            "gvnic-sub", names.subnet_name(args.gvnic_prefix), self.gvnic_network, GVNIC_CIDR
+        )
         gcp.compute.Firewall(
             f"{name}-gvnic-internal",
             gcp.compute.FirewallArgs(
-                name=f"{args.gvnic_prefix}-internal",
+                name=names.firewall_name(args.gvnic_prefix),
                 project=args.project,
                 network=self.gvnic_network.id,
                 allows=[
@@ -73,7 +71,7 @@ class RdmaNetworks(pulumi.ComponentResource):
                 ],
                 source_ranges=[GVNIC_FIREWALL_SOURCE],
             ),
-            opts=self._child,
+            opts=fixed_name(self._child),
         )
         # The RoCE profile must be given as a full URL (Cluster Toolkit gpu-rdma-vpc); it pins
         # the VPC to the zone whose RDMA fabric the nodes sit on.
@@ -83,7 +81,12 @@ class RdmaNetworks(pulumi.ComponentResource):
         )
         self.rdma_network = self._vpc("rdma", args.rdma_prefix, profile=roce_profile)
         self.rdma_subnets = [
-            self._subnet(f"rdma-sub-{n}", f"{args.rdma_prefix}-sub-{n}", self.rdma_network, rdma_cidr(n))
+            self._subnet(
+                f"rdma-sub-{n}",
+                names.rdma_subnet_name(args.rdma_prefix, n),
+                self.rdma_network,
+                rdma_cidr(n),
+            )
             for n in range(args.nic_count)
         ]
 
@@ -103,13 +106,13 @@ class RdmaNetworks(pulumi.ComponentResource):
         return gcp.compute.Network(
             f"{self._name}-{role}",
             gcp.compute.NetworkArgs(
-                name=f"{prefix}-net",
+                name=names.network_name(prefix),
                 project=self._args.project,
                 auto_create_subnetworks=False,
                 mtu=MTU,
                 network_profile=profile,
             ),
-            opts=self._child,
+            opts=fixed_name(self._child),
         )
 
     def _subnet(
@@ -124,7 +127,7 @@ class RdmaNetworks(pulumi.ComponentResource):
                 network=network.id,
                 ip_cidr_range=cidr,
             ),
-            opts=self._child,
+            opts=fixed_name(self._child),
         )
 
     def map_into_cluster(self, provider: k8s.Provider) -> list[pulumi.Resource]:

@@ -287,6 +287,11 @@ class RayJobs:
         actors = reply.json()["data"]["result"]["result"]
         return any(actor["state"] != "DEAD" for actor in actors)
 
+    def logs(self) -> str:
+        """The driver's whole log (Jobs API), for tools that need every line (`make curve`).
+        The job's provider never calls it: it reads the tail (log_tail)."""
+        return self._request("GET", f"/api/jobs/{self.submission_id}/logs").json()["logs"]
+
     def log_tail(self, lines: int, info: dict[str, Any] | None = None) -> str:
         """The last `lines` lines of the driver's log, read on its node, never the whole log.
 

@@ -13,6 +13,12 @@ The head stays behind a ClusterIP service and a NetworkPolicy admits its ports (
 cluster has no GKE Ray add-on (A4X), the component also installs the namespace-scoped KubeRay
 operator from its pinned Helm chart, so the operator exists before the RayCluster it reconciles.
 
+Every head runs the Ray log shipper sidecar (components/observability/log_shipper.py), which
+puts the job's log lines into Cloud Logging in the shape the log-based metrics read. Without
+the GKE Ray add-on (A4X), which otherwise collects Ray's logs and metrics, the shipper also
+ships Ray's system logs from every pod, and a PodMonitoring has Managed Prometheus scrape
+every Ray pod's metrics port, so that A4X is observed like the other targets.
+
 It does not create the service account, the claim, the RDMA networks or the DRA claim
 templates: those are passed in (GcsFuseStorage, RdmaNetworks, NvidiaDraDriver).
 """
@@ -34,6 +40,7 @@ from components.schema.choices import ClusterMode
 from components.facts.hardware import Arch, HardwareProfile, NodeNetworking, PodShape, Target
 from components.cluster.helm import pinned_release
 from components.facts.layout import DASHBOARD_PORT, DATA_MOUNT
+from components.observability import log_shipper
 from components.options import child_options
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001}
@@ -101,6 +108,9 @@ class VerlRayClusterArgs:
     image: default `pins.VERL_IMAGES[profile.arch]`; a tag or digest, never a floating tag.
     tracker_secret: a Secret of env vars for every Ray container (`envFrom`, optional so a pod
         never waits on it); default: none.
+    pod_prerequisites: what must exist before Ray pods can run (the GPU pool, the network
+        objects, the NCCL installer). Only the RayCluster waits for them: the operator and the
+        NetworkPolicy are installed while the GPU nodes are still being created.
     """
 
     profile: HardwareProfile
@@ -118,6 +128,7 @@ class VerlRayClusterArgs:
     # A Secret whose keys become env vars of the head and the workers (the trackers' keys,
     # components/ray/trackers.py); default: none.
     tracker_secret: pulumi.Input[str] | None = None
+    pod_prerequisites: Sequence[pulumi.Resource] = ()
 
     def __post_init__(self) -> None:
         if self.mode in tuple(ClusterMode):
@@ -138,6 +149,11 @@ class VerlRayClusterArgs:
     @property
     def cluster_name(self) -> str:
         return CLUSTER_NAMES[self.profile.target]
+
+    @property
+    def without_addon(self) -> bool:
+        """No GKE Ray add-on: this component must ship Ray's logs and metrics itself."""
+        return self.operator is RayOperator.HELM
 
     @property
     def head_on_gpu_node(self) -> bool:
@@ -282,9 +298,15 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         ],
         **_env_from(args),
     }
+    patterns = log_shipper.JOB_LOG_PATTERNS
+    if args.without_addon:
+        patterns += log_shipper.SYSTEM_LOG_PATTERNS
     pod_spec = {
         "serviceAccountName": args.service_account,
         "nodeSelector": _head_node_selector(args),
+        "initContainers": [
+            log_shipper.shipper_container(args.image_ref, "ray-logs", "/tmp/ray", patterns)
+        ],
         "containers": [_with_post_start(container, args.profile.arch)],
         "volumes": [{"name": "ray-logs", "emptyDir": {}}, _bucket_volume(args)],
     }
@@ -332,6 +354,12 @@ def _worker_group(args: VerlRayClusterArgs) -> dict[str, Any]:
             _bucket_volume(args),
         ],
     }
+    if args.without_addon:
+        pod_spec["initContainers"] = [
+            log_shipper.shipper_container(
+                args.image_ref, "ray-tmp-storage", "/tmp", log_shipper.SYSTEM_LOG_PATTERNS
+            )
+        ]
     annotations = _gcsfuse_annotations(args, "worker")
     if hw.networking is NodeNetworking.DRANET:
         claims = _resource_claims(args)
@@ -482,6 +510,25 @@ def _gcsfuse_annotations(args: VerlRayClusterArgs, role: str) -> dict[str, str]:
     }
 
 
+def render_pod_monitoring(args: VerlRayClusterArgs) -> dict[str, Any]:
+    """Managed Prometheus scrapes Ray's metrics port on every pod of the RayCluster.
+
+    The add-on's `ray_cluster_monitoring_config` does this on A4 / A3 Ultra; A4X runs without
+    the add-on. PodMonitoring v1 (GoogleCloudPlatform/prometheus-engine
+    charts/operator/crds/monitoring.googleapis.com_podmonitorings.yaml): `endpoints[].port`
+    takes a number; KubeRay starts every Ray node with `--metrics-export-port=8080`.
+    """
+    return {
+        "apiVersion": "monitoring.googleapis.com/v1",
+        "kind": "PodMonitoring",
+        "metadata": {"name": f"{args.cluster_name}-metrics", "namespace": args.namespace},
+        "spec": {
+            "selector": {"matchLabels": {"ray.io/cluster": args.cluster_name}},
+            "endpoints": [{"port": METRICS_PORT, "interval": "30s"}],
+        },
+    }
+
+
 # --- The component --------------------------------------------------------------------------
 
 
@@ -491,6 +538,7 @@ class VerlRayCluster(pulumi.ComponentResource):
     ray_cluster: k8s.apiextensions.CustomResource
     head_policy: k8s.networking.v1.NetworkPolicy
     operator_release: k8s.helm.v3.Release | None
+    pod_monitoring: k8s.apiextensions.CustomResource | None  # without the add-on only
     name: pulumi.Output[str]
     head_service: pulumi.Output[str]
     dashboard_port: int
@@ -508,7 +556,12 @@ class VerlRayCluster(pulumi.ComponentResource):
             else None
         )
         cluster_opts = child_options(
-            self, opts, depends_on=[self.operator_release] if self.operator_release else []
+            self,
+            opts,
+            depends_on=[
+                *args.pod_prerequisites,
+                *([self.operator_release] if self.operator_release else []),
+            ],
         )
         rendered = render_ray_cluster(args)
         self.ray_cluster = k8s.apiextensions.CustomResource(
@@ -520,6 +573,7 @@ class VerlRayCluster(pulumi.ComponentResource):
             opts=cluster_opts,
         )
         self.head_policy = _head_policy(name, args, child)
+        self.pod_monitoring = _pod_monitoring(name, args, child) if args.without_addon else None
 
         # Outputs that resolve only once the RayCluster is ready, so that whatever reads them
         # (the job submission) waits for it.
@@ -538,6 +592,20 @@ class VerlRayCluster(pulumi.ComponentResource):
                 "workerGroup": self.worker_group,
             }
         )
+
+
+def _pod_monitoring(
+    name: str, args: VerlRayClusterArgs, opts: pulumi.ResourceOptions
+) -> k8s.apiextensions.CustomResource:
+    rendered = render_pod_monitoring(args)
+    return k8s.apiextensions.CustomResource(
+        f"{name}-pod-monitoring",
+        api_version=rendered["apiVersion"],
+        kind=rendered["kind"],
+        metadata=k8s.meta.v1.ObjectMetaArgs(**rendered["metadata"]),
+        spec=rendered["spec"],
+        opts=opts,
+    )
 
 
 def operator_values(namespace: str) -> dict[str, Any]:

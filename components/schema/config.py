@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import ipaddress
 import json
 import re
+import urllib.parse
 from typing import Any, Collection, Mapping
 
 import pulumi
@@ -25,18 +27,16 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from components.messages import quoted
 from components.schema.choices import ClusterMode
 from components.schema.choices import Capacity
+from components.schema.observability import observability_problems
 from components.schema.run import GrpoRunConfig, run_problems
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
+from components.messages import quoted
+from components.schema import names
 from components.schema.staging import StagingConfig, model_path, staging_problems
 
 NAMESPACE = "verl-gke"
-
-# GKE version every target asks for. A4X's DRANET needs 1.34.1-gke.1829001 or newer (Cluster
-# Toolkit gke-a4x precondition); one floor for all targets keeps the three stacks alike.
-MIN_GKE_VERSION = "1.34.1-gke.1829001"
 
 
 class ConfigError(pulumi.RunError):
@@ -69,6 +69,9 @@ class StackConfig(BaseModel):
     project: str = Field(
         pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$", description="GCP project id (`gcp:project`)."
     )
+    stack: str = Field(
+        "dev", min_length=1, description="The Pulumi stack's name (not a key: the CLI's stack)."
+    )
     target: Target = Field(description="Hardware target: a4 (B200), a3u (H200), a4x (GB200).")
     region: str = Field(
         pattern=r"^[a-z]+-[a-z]+[0-9]+$",
@@ -78,7 +81,12 @@ class StackConfig(BaseModel):
         pattern=r"^[a-z]+-[a-z]+[0-9]+-[a-z]$",
         description="Zone of the GPU nodes (where the reservation is).",
     )
-    cluster_name: str = Field("verl", pattern=_NAME, max_length=40, description="GKE cluster name.")
+    cluster_name: str | None = Field(
+        None,
+        pattern=_NAME,
+        max_length=names.CLUSTER_NAME_MAX,
+        description="GKE cluster name; default `verl-<stack>`.",
+    )
     cluster_mode: ClusterMode = Field(ClusterMode.STANDARD, description="standard or autopilot.")
     provisioning: Capacity = Field(
         Capacity.RESERVATION,
@@ -97,12 +105,19 @@ class StackConfig(BaseModel):
     rdma_network_prefix: str | None = Field(
         None, pattern=_NAME, description="RDMA VPC name prefix; default `<clusterName>-rdma`."
     )
-    namespace: str = Field("default", pattern=_NAME, description="Namespace of the workload.")
+    namespace: str = Field(
+        "default", pattern=_NAME, max_length=63, description="Namespace of the workload."
+    )
     service_account: str = Field(
-        "verl-ray", pattern=_NAME, description="Kubernetes service account of the Ray pods."
+        "verl-ray",
+        pattern=_NAME,
+        max_length=63,
+        description="Kubernetes service account of the Ray pods.",
     )
     bucket_name: str | None = Field(
-        None, description="Bucket for model, data and checkpoints; default `<clusterName>-<project>`."
+        None,
+        max_length=222,
+        description="Bucket for model, data and checkpoints; default `<clusterName>-<project>`.",
     )
     hf_token: SecretStr | None = Field(None, description="Hugging Face token (secret).")
     wandb_api_key: SecretStr | None = Field(
@@ -116,6 +131,27 @@ class StackConfig(BaseModel):
     mlflow_tracking_token: SecretStr | None = Field(
         None, description="MLflow tracking token (secret), if the server wants one."
     )
+    network: str | None = Field(
+        None,
+        pattern=_NAME,
+        max_length=63,
+        description="An existing VPC for the cluster's nodes; default: the stack creates one.",
+    )
+    subnetwork: str | None = Field(
+        None,
+        pattern=_NAME,
+        max_length=63,
+        description="Its subnetwork in `region`; set together with `network`.",
+    )
+    control_plane_cidrs: list[str] = Field(
+        default_factory=list,
+        description="CIDR ranges allowed to reach the control plane; default: any (credentials "
+        "still required).",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Your labels on every labelled Google Cloud resource (cost attribution).",
+    )
     deletion_protection: bool = Field(True, description="GKE cluster deletion protection.")
     delete_bucket_on_destroy: bool = Field(
         False, description="Delete the bucket and its checkpoints on `pulumi destroy`."
@@ -126,6 +162,12 @@ class StackConfig(BaseModel):
     )
     job: GrpoRunConfig = Field(default_factory=GrpoRunConfig, description="The GRPO run.")
     staging: StagingConfig = Field(default_factory=StagingConfig, description="Model staging.")
+    alert_notification_channel: str | None = Field(
+        None, description="Notification channel of every alert; default: none."
+    )
+    no_step_alert_minutes: int = Field(
+        60, description="Minutes without a new training step before the no-step alert fires."
+    )
 
     # Derived facts, so that no component recomputes them.
     @property
@@ -141,16 +183,39 @@ class StackConfig(BaseModel):
         return self.cluster_mode is ClusterMode.AUTOPILOT
 
     @property
+    def cluster(self) -> str:
+        """The GKE cluster's name: set, or `verl-<stack>` so that stacks never share one."""
+        return self.cluster_name or names.default_cluster_name(self.stack)
+
+    @property
     def gvnic_prefix(self) -> str:
-        return self.gvnic_network_prefix or f"{self.cluster_name}-gvnic"
+        return self.gvnic_network_prefix or f"{self.cluster}-gvnic"
 
     @property
     def rdma_prefix(self) -> str:
-        return self.rdma_network_prefix or f"{self.cluster_name}-rdma"
+        return self.rdma_network_prefix or f"{self.cluster}-rdma"
 
     @property
     def bucket(self) -> str:
-        return self.bucket_name or f"{self.cluster_name}-{self.project}"
+        return self.bucket_name or f"{self.cluster}-{self.project}"
+
+    @property
+    def placement_policy(self) -> str | None:
+        """A4X's workload policy name; None where the pool has none."""
+        if self.hardware.networking is not NodeNetworking.DRANET or self.autopilot:
+            return None
+        return names.placement_policy_name(self.cluster)
+
+    @property
+    def resource_labels(self) -> dict[str, str]:
+        """What every labelled Google Cloud resource of the stack carries: the user's labels, and
+        the stack, target and cluster, so that billing can be split by each."""
+        return {
+            **self.labels,
+            names.STACK_LABEL: names.stack_label(self.stack),
+            names.TARGET_LABEL: self.target.value,
+            names.CLUSTER_LABEL: names.label_value(self.cluster),
+        }
 
     @property
     def run(self) -> GrpoRunConfig:
@@ -183,21 +248,30 @@ KEYS: dict[str, str] = {
     (field.alias or name): name for name, field in StackConfig.model_fields.items()
 }
 KEYS.pop("project")
+KEYS.pop("stack")
 
+
+# Keys whose values are objects or lists: the CLI hands them over as JSON text.
+STRUCTURED_KEYS = ("job", "staging", "labels", "controlPlaneCidrs")
+# Keys Pulumi's project config schema cannot declare (it has no object type).
+OBJECT_KEYS = ("job", "staging", "labels")
 
 # Pulumi.yaml's defaults for keys whose real default is derived: they mean "not set".
 UNSET = {"gpuNodes": "0"}
 _SECRET_KEYS = ("hfToken", "wandbApiKey", "mlflowTrackingUri", "mlflowTrackingToken")
 
 
-def load(raw: Mapping[str, Any], secret_keys: Collection[str] = ()) -> StackConfig:
+def load(
+    raw: Mapping[str, Any], secret_keys: Collection[str] = (), stack: str = "dev"
+) -> StackConfig:
     """Validate fully qualified config (`verl-gke:zone`, `gcp:project`) into a StackConfig.
 
     Values may be strings as the Pulumi CLI hands them over (objects as JSON text); "" (and
-    gpuNodes 0) stand for "unset". `secret_keys` are the keys set with `--secret`.
+    gpuNodes 0) stand for "unset". `secret_keys` are the keys set with `--secret`; `stack` is
+    the Pulumi stack, which default names carry.
     """
     problems: list[str] = []
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {"stack": stack}
     for full_key, value in raw.items():
         namespace, _, key = full_key.partition(":")
         if full_key == "gcp:project":
@@ -240,12 +314,12 @@ def from_pulumi() -> StackConfig:
     raw.update(runtime_config.CONFIG.get())
     secret_keys = set(runtime_config.get_config_secret_keys_env())
     secret_keys.update(k for k in raw if runtime_config.is_config_secret(k))
-    return load(raw, secret_keys)
+    return load(raw, secret_keys, pulumi.get_stack())
 
 
 def _parse(key: str, value: Any) -> Any:
     # Structured keys arrive as JSON text from the CLI (`pulumi config set --path job.rolloutN 8`).
-    if key in ("job", "staging") and isinstance(value, str):
+    if key in STRUCTURED_KEYS and isinstance(value, str):
         try:
             return json.loads(value)
         except json.JSONDecodeError:
@@ -271,11 +345,17 @@ _FIXES = {
     "provisioning": "use reservation, spot or flex-start",
     "gpuNodes": "use a whole number of nodes",
     "clusterName": "use lowercase letters, digits and '-', starting with a letter, at most 40",
+    "bucketName": "use a bucket name of at most 63 characters (222 with dots)",
     "namespace": "use a Kubernetes name: lowercase letters, digits and '-'",
     "serviceAccount": "use a Kubernetes name: lowercase letters, digits and '-'",
     "deletionProtection": "use true or false",
     "deleteBucketOnDestroy": "use true or false",
     "maintenanceExclusionStart": "use an RFC 3339 time such as 2026-12-01T00:00:00Z",
+    "network": "use the name of a VPC in the project (`gcloud compute networks list`)",
+    "subnetwork": "use the name of a subnetwork of that VPC in the region",
+    "controlPlaneCidrs": 'use a list of CIDR ranges, e.g. ["203.0.113.0/24"]',
+    "labels": 'use an object of label keys and values, e.g. {"team": "research"}',
+    "noStepAlertMinutes": "use a whole number of minutes, 2 to 1440",
 }
 
 
@@ -290,65 +370,29 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
         return message  # the model's own validator already names the key, value and fix
     shown = "[secret]" if top in _SECRET_KEYS else quoted(error.get("input"))
     fix = _FIXES.get(top, "see its description in Pulumi.yaml")
-    if top in ("job", "staging"):
+    if top in OBJECT_KEYS:
         # Objects are not declared in Pulumi.yaml (its schema has no object type).
         fix = f"see the {NAMESPACE}:{top} table in README.md"
-    if top in ("job", "staging") and error["type"] == "extra_forbidden":
+    if top in OBJECT_KEYS and error["type"] == "extra_forbidden":
         fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in README.md"
     return f"{key} = {shown} is invalid ({error['msg']}): {fix}"
 
 
 def cross_field_problems(config: StackConfig) -> list[str]:
     """Checks that involve more than one key, or a key and the hardware profile."""
-    hw = config.hardware
-    problems: list[str] = []
-    zone_region = config.zone.rsplit("-", 1)[0]
-    if zone_region != config.region:
-        problems.append(
-            f"{NAMESPACE}:zone = {config.zone!r} is not in {NAMESPACE}:region = "
-            f"{config.region!r}: pick a zone of that region (e.g. {config.region}-b) or set "
-            f"the region to {zone_region!r}"
-        )
-    if config.autopilot and not hw.autopilot_supported:
-        problems.append(
-            f"{NAMESPACE}:clusterMode = 'autopilot' is not available for target "
-            f"{hw.target.value}: A4X needs a Standard cluster (DRANET node pool); set "
-            f"{NAMESPACE}:clusterMode to standard"
-        )
-    if config.autopilot and (config.reservation or config.provisioning is not Capacity.RESERVATION):
-        problems.append(
-            f"{NAMESPACE}:reservation / provisioning are set, but Autopilot places GPU pods on "
-            "Spot capacity it manages itself (the tutorial's compute class) and would ignore them: "
-            f"remove them, or set {NAMESPACE}:clusterMode to standard to use them"
-        )
-    if (
-        not config.autopilot
-        and config.provisioning is Capacity.RESERVATION
-        and not config.reservation
-    ):
-        problems.append(
-            f"{NAMESPACE}:reservation is not set but {NAMESPACE}:provisioning is "
-            "'reservation': set the reservation name "
-            f"(`gcloud compute reservations list --zones {config.zone}`), or choose "
-            f"{NAMESPACE}:provisioning spot or flex-start"
-        )
-    if config.reservation and not re.fullmatch(
-        r"[a-z]([-a-z0-9]*[a-z0-9])?(/reservationBlocks/[a-z0-9]([-a-z0-9]*[a-z0-9])?)?",
-        config.reservation,
-    ):
-        problems.append(
-            f"{NAMESPACE}:reservation = {config.reservation!r} is not a reservation name: use "
-            "`<name>` or `<name>/reservationBlocks/<block>`"
-        )
-    nodes_problem = hw.nodes_problem(f"{NAMESPACE}:gpuNodes", config.nodes)
+    problems = [
+        *_placement_problems(config),
+        *_capacity_problems(config),
+        *name_problems(config),
+        *_access_problems(config),
+        *names.label_problems(
+            f"{NAMESPACE}:labels", config.labels, len(config.resource_labels) - len(config.labels)
+        ),
+    ]
+    nodes_problem = config.hardware.nodes_problem(f"{NAMESPACE}:gpuNodes", config.nodes)
     if nodes_problem:
         problems.append(nodes_problem)
-    if not re.fullmatch(r"[a-z0-9][-_.a-z0-9]{1,61}[a-z0-9]", config.bucket) or ".." in config.bucket:
-        problems.append(
-            f"{NAMESPACE}:bucketName = {config.bucket!r} is not a valid bucket name: use 3-63 "
-            "lowercase letters, digits, '-', '_' or '.'"
-        )
-    if hw.networking is NodeNetworking.DRANET and (
+    if config.hardware.networking is NodeNetworking.DRANET and (
         config.gvnic_network_prefix or config.rdma_network_prefix
     ):
         problems.append(
@@ -364,8 +408,9 @@ def cross_field_problems(config: StackConfig) -> list[str]:
         )
     problems += tracker_problems(config)
     if not nodes_problem:  # the run's checks divide by the GPU count
-        problems += run_problems(config.run, hw, config.nodes)
+        problems += run_problems(config.run, config.hardware, config.nodes)
     problems += staging_problems(config.staging)
+    problems += observability_problems(config)
     return problems
 
 
@@ -399,3 +444,143 @@ def tracker_env(config: StackConfig) -> dict[str, str]:
         "MLFLOW_TRACKING_TOKEN": config.mlflow_tracking_token,
     }
     return {name: value.get_secret_value() for name, value in values.items() if value}
+def _placement_problems(config: StackConfig) -> list[str]:
+    problems = []
+    zone_region = config.zone.rsplit("-", 1)[0]
+    if zone_region != config.region:
+        problems.append(
+            f"{NAMESPACE}:zone = {config.zone!r} is not in {NAMESPACE}:region = "
+            f"{config.region!r}: pick a zone of that region (e.g. {config.region}-b) or set "
+            f"the region to {zone_region!r}"
+        )
+    if config.autopilot and not config.hardware.autopilot_supported:
+        problems.append(
+            f"{NAMESPACE}:clusterMode = 'autopilot' is not available for target "
+            f"{config.target.value}: A4X needs a Standard cluster (DRANET node pool); set "
+            f"{NAMESPACE}:clusterMode to standard"
+        )
+    return problems
+
+
+# GKE: "You can add up to 50 authorized networks (allowed CIDR blocks) in a project" for a
+# cluster with a public endpoint (kubernetes-engine/docs/how-to/authorized-networks).
+MAX_CONTROL_PLANE_CIDRS = 50
+
+
+def _access_problems(config: StackConfig) -> list[str]:
+    """The primary network and who may reach the control plane."""
+    problems = []
+    if bool(config.network) != bool(config.subnetwork):
+        problems.append(
+            f"{NAMESPACE}:network and {NAMESPACE}:subnetwork go together: set both (an existing "
+            "VPC and its subnetwork in the region, with Cloud NAT for the nodes), or neither and "
+            "the stack creates them"
+        )
+    key = f"{NAMESPACE}:controlPlaneCidrs"
+    for cidr in config.control_plane_cidrs:
+        try:
+            ipaddress.IPv4Network(cidr, strict=True)
+        except ValueError as error:
+            problems.append(
+                f"{key}: {quoted(cidr)} is not an IPv4 CIDR range ({error}): use e.g. "
+                "203.0.113.0/24, host bits zero"
+            )
+    if len(config.control_plane_cidrs) > MAX_CONTROL_PLANE_CIDRS:
+        problems.append(
+            f"{key} lists {len(config.control_plane_cidrs)} ranges; GKE takes at most "
+            f"{MAX_CONTROL_PLANE_CIDRS}: merge some"
+        )
+    address = config.job.dashboard_address
+    if address and urllib.parse.urlsplit(str(address)).username is not None:
+        problems.append(
+            f"{NAMESPACE}:job.dashboardAddress carries credentials in the URL, which would be "
+            "stored in plain text in the stack's state and plan: remove them; reach the "
+            "dashboard through a tunnel or IAP that authenticates on its own"
+        )
+    return problems
+
+
+def _capacity_problems(config: StackConfig) -> list[str]:
+    """Where the GPU nodes come from: what GKE and Compute Engine accept per target and mode."""
+    hw = config.hardware
+    reservation_set = bool(config.reservation)
+    if config.autopilot:
+        if reservation_set or config.provisioning is not Capacity.RESERVATION:
+            return [
+                f"{NAMESPACE}:reservation / provisioning are set, but Autopilot places GPU pods "
+                "on Spot capacity it manages itself (the tutorial's compute class) and would "
+                f"ignore them: remove them, or set {NAMESPACE}:clusterMode to standard to use them"
+            ]
+        return []
+    problems = []
+    if hw.reservation_only and config.provisioning is not Capacity.RESERVATION:
+        problems.append(
+            f"{NAMESPACE}:provisioning = {config.provisioning.value!r} is not available for "
+            f"{hw.machine_type}: Google offers it only through reservations (\"You must use the "
+            "reservation-bound provisioning model\", A4X docs); set "
+            f"{NAMESPACE}:provisioning to reservation and {NAMESPACE}:reservation to yours"
+        )
+    if config.provisioning is Capacity.RESERVATION and not reservation_set:
+        problems.append(
+            f"{NAMESPACE}:reservation is not set but {NAMESPACE}:provisioning is "
+            "'reservation': set the reservation name "
+            f"(`gcloud compute reservations list --zones {config.zone}`)"
+            + ("" if hw.reservation_only else f", or choose {NAMESPACE}:provisioning spot or flex-start")
+        )
+    if config.provisioning is not Capacity.RESERVATION and reservation_set:
+        problems.append(
+            f"{NAMESPACE}:reservation is set but {NAMESPACE}:provisioning is "
+            f"{config.provisioning.value!r}, which consumes no reservation: remove "
+            f"{NAMESPACE}:reservation, or set {NAMESPACE}:provisioning to reservation"
+        )
+    if reservation_set and not re.fullmatch(
+        r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(/reservationBlocks/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?",
+        config.reservation,
+    ):
+        problems.append(
+            f"{NAMESPACE}:reservation = {quoted(config.reservation)} is not a reservation name: "
+            "use `<name>` or `<name>/reservationBlocks/<block>` (each at most 63 characters)"
+        )
+    return problems
+
+
+def name_problems(config: StackConfig) -> list[str]:
+    """Every name derived from the config, against the rule of the API that receives it."""
+    key = f"{NAMESPACE}:clusterName"
+    cluster_problem = names.cluster_name_problem(key, config.cluster)
+    if cluster_problem:
+        if config.cluster_name is None:
+            cluster_problem = (
+                f"the stack's name {quoted(config.stack)} makes the default cluster name "
+                f"{quoted(config.cluster)}, which GKE refuses (at most "
+                f"{names.CLUSTER_NAME_MAX} characters): set {key} to a shorter name"
+            )
+        return [cluster_problem]  # every other default name derives from it
+    problems = names.bucket_name_problems(f"{NAMESPACE}:bucketName", config.bucket)
+    if config.bucket_name is None and problems:
+        problems = [
+            f"the default bucket name {quoted(config.bucket)} (<clusterName>-<project>) is "
+            f"invalid: set {NAMESPACE}:bucketName, or a shorter {key} ({p})"
+            for p in problems
+        ]
+    if config.hardware.networking is NodeNetworking.RDMA_VPC:
+        problems += _network_name_problems(config)
+    if config.placement_policy:
+        problem = names.gce_name_problem(key, config.placement_policy, "placement policy")
+        problems += [problem] if problem else []
+    return problems
+
+
+def _network_name_problems(config: StackConfig) -> list[str]:
+    gvnic_key = f"{NAMESPACE}:" + ("gvnicNetworkPrefix" if config.gvnic_network_prefix else "clusterName")
+    rdma_key = f"{NAMESPACE}:" + ("rdmaNetworkPrefix" if config.rdma_network_prefix else "clusterName")
+    last_nic = config.hardware.rdma_nics - 1
+    derived = [
+        (gvnic_key, names.network_name(config.gvnic_prefix), "gVNIC network"),
+        (gvnic_key, names.subnet_name(config.gvnic_prefix), "gVNIC subnetwork"),
+        (gvnic_key, names.firewall_name(config.gvnic_prefix), "gVNIC firewall"),
+        (rdma_key, names.network_name(config.rdma_prefix), "RDMA network"),
+        (rdma_key, names.rdma_subnet_name(config.rdma_prefix, last_nic), "RDMA subnetwork"),
+    ]
+    found = (names.gce_name_problem(key, name, what) for key, name, what in derived)
+    return [problem for problem in found if problem]

@@ -1,7 +1,9 @@
 """GcsFuseStorage: the bucket that holds model, data and checkpoints, and its mount in the cluster.
 
 Creates a hierarchical-namespace bucket (uniform access, public access prevented) that
-`pulumi destroy` leaves in place unless the user opted in to deleting it; the Kubernetes service
+`pulumi destroy` leaves in place unless the user opted in to deleting it, and that a later
+`pulumi up` adopts again (`adopt`, from components/preflight.py); the bucket is never replaced
+(components/guards.py BucketIdentity refuses a rename or a move); the Kubernetes service
 account of the Ray pods with a bucket-scoped `roles/storage.objectUser` grant to its
 workload-identity principal; the Hugging Face token Secret; and a static GCS FUSE PersistentVolume
 bound by name to its claim. It does not fill the bucket (ModelStaging does).
@@ -9,7 +11,7 @@ bound by name to its claim. It does not fill the bucket (ModelStaging does).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_gcp as gcp
@@ -69,6 +71,17 @@ class GcsFuseStorageArgs:
     hf_token: pulumi.Input[str] | None  # a secret Output; None when staging is skipped
     arch: Arch
     delete_bucket_on_destroy: bool = False
+    # Labels of the bucket; the stack label also says which stack may adopt it.
+    labels: dict[str, str] = field(default_factory=dict)
+    # The bucket exists already (kept by an earlier `pulumi destroy`, or made by the user):
+    # import it instead of creating it. Pulumi's `import` option: when the resource is already
+    # in the stack's state under that ID it is an ordinary update (pulumi/pulumi
+    # step_generator.go: an import only when there is no old state or its ID differs), and
+    # when inputs differ from the imported state the import succeeds and is followed by an
+    # update (Pulumi >= 3.174, "import and then update a resource in a single deployment").
+    adopt: bool = False
+    # Must exist before the bucket is touched (components/guards.py BucketIdentity).
+    bucket_guard: pulumi.Resource | None = None
 
 
 class GcsFuseStorage(pulumi.ComponentResource):
@@ -94,12 +107,15 @@ class GcsFuseStorage(pulumi.ComponentResource):
             opts=child,
         )
         project_number = gcp.organizations.get_project_output(project_id=args.project).number
-        gcp.storage.BucketIAMMember(
+        grant = gcp.storage.BucketIAMMember(
             f"{name}-object-user",
             gcp.storage.BucketIAMMemberArgs(
                 bucket=self.bucket.name,
                 role="roles/storage.objectUser",
-                member=pulumi.Output.all(project_number, account.metadata.namespace).apply(
+                # The principal names the KSA; IAM does not need it to exist, so the grant is made
+                # while the cluster is still being created (not after it, which would put IAM's
+                # propagation on the critical path of `pulumi up`).
+                member=pulumi.Output.all(project_number, args.namespace).apply(
                     lambda v: workload_principal(v[0], args.project, v[1], args.service_account)
                 ),
             ),
@@ -116,7 +132,12 @@ class GcsFuseStorage(pulumi.ComponentResource):
             )
             # Consumers take the name from the Secret, so they wait for it and go before it.
             self.hf_secret_name = hf_secret.metadata.name
-        volume = self._persistent_volume(name, args, self.bucket.name, child)
+        # Whatever mounts the claim reads and writes the bucket as the KSA: the volume (and so
+        # the claim and every pod) waits for the grant, not only for the bucket.
+        volume = self._persistent_volume(
+            name, args, self.bucket.name,
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[grant])),
+        )
         claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=PVC_NAME, namespace=args.namespace),
@@ -159,9 +180,19 @@ class GcsFuseStorage(pulumi.ComponentResource):
                 public_access_prevention="enforced",
                 # Checkpoints are the product of days of GPU time: never emptied implicitly.
                 force_destroy=not keep,
+                labels=args.labels or None,
             ),
-            # `pulumi destroy` forgets the bucket instead of deleting it, unless asked.
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(retain_on_delete=keep)),
+            # `pulumi destroy` forgets the bucket instead of deleting it, unless asked. Never
+            # delete-before-replace: a replacement is refused before it gets here (BucketIdentity
+            # and the preflight's location check), and deleting first would delete the data.
+            opts=pulumi.ResourceOptions.merge(
+                opts,
+                pulumi.ResourceOptions(
+                    retain_on_delete=keep,
+                    import_=args.bucket_name if args.adopt else None,
+                    depends_on=[args.bucket_guard] if args.bucket_guard else None,
+                ),
+            ),
         )
 
     @staticmethod

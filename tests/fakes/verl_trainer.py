@@ -27,6 +27,11 @@ def main() -> int:
     parser.add_argument("--save-freq", type=int, default=1)
     parser.add_argument("--log-mb", type=float, default=0, help="print this much filler first")
     parser.add_argument("--print", dest="extra", default="", help="print this line first")
+    parser.add_argument(
+        "--all-metrics", action="store_true",
+        help="also print the step time and throughput keys the dashboard charts",
+    )
+    parser.add_argument("--nan-reward-at", type=int, metavar="STEP", help="a NaN reward at STEP")
     args = parser.parse_args()
     if args.extra:
         print(args.extra, flush=True)
@@ -34,11 +39,15 @@ def main() -> int:
     start = _resume(args.checkpoint_dir)
     for step in range(start + 1, args.steps + 1):
         time.sleep(args.sleep)
-        score = 0.1 * step
+        score = "nan" if step == args.nan_reward_at else f"{0.1 * step:.3f}"
+        extra = (
+            f" - timing_s/step:np.float64({10 + step / 2}) - perf/throughput:{1000.0 + 50 * step}"
+            if args.all_metrics else ""
+        )
         print(
-            f"(TaskRunner pid={os.getpid()}) step:{step} - critic/score/mean:{score:.3f} - "
+            f"(TaskRunner pid={os.getpid()}) step:{step} - critic/score/mean:{score} - "
             f"actor/lr:np.float64(1e-05) - response_length/mean:{100 + step} - "
-            "timing_s/gen:nan",
+            f"timing_s/gen:nan{extra}",
             flush=True,
         )
         if args.checkpoint_dir and step % args.save_freq == 0:
@@ -60,8 +69,10 @@ def _fail_once(marker: str) -> int:
 
 
 def _resume(directory: str | None) -> int:
-    tracker = os.path.join(directory or "", TRACKER)
-    if not directory or not os.path.exists(tracker):
+    if not directory:
+        return 0
+    tracker = os.path.join(directory, TRACKER)
+    if not os.path.exists(tracker):
         print("Training from scratch", flush=True)
         return 0
     with open(tracker) as file:

@@ -1,0 +1,278 @@
+"""TrainingObservability: log-based training metrics, a dashboard and alerts for one stack.
+
+- One `gcp.logging.Metric` per verl value the dashboard charts (step, reward, response length,
+  step time, throughput: DELTA DISTRIBUTION with a value extractor and a `run` label), and
+  three counters (steps logged, NaN rewards, failed entrypoints), all over the lines the Ray
+  log shipper sidecar prints (log_shipper.py, training_log.py).
+- One `gcp.monitoring.Dashboard` (dashboard.py): training metrics per run, GPU utilisation,
+  memory and power per node, GPU node count, pod restarts in the namespace, Ray metrics.
+- Four `gcp.monitoring.AlertPolicy`s: the job failed, GPUs idle while the job runs, no new step
+  for `verl-gke:noStepAlertMinutes`, a NaN reward; each notifies
+  `verl-gke:alertNotificationChannel` when it is set (without one they still open incidents
+  on the console).
+
+It creates nothing in the cluster and reads no config: the scope comes in through the args.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_gcp as gcp
+
+from components.observability import dashboard as dashboard_body
+from components.observability import log_metrics
+from components.observability.dashboard import DCGM_METRICS
+from components.observability.scope import Scope
+from components.observability.training_log import Kind, LogMetric, log_metrics as all_metrics
+from components.options import child_options, fixed_name
+
+# GPU utilisation under this percentage, for this long, while verl's TaskRunner actor is alive,
+# means the run is stuck (an NCCL hang, a dead rollout worker), not slow.
+IDLE_GPU_PERCENT = 10
+IDLE_GPU_MINUTES = 15
+
+
+@dataclass(frozen=True)
+class TrainingObservabilityArgs:
+    """scope: the cluster and namespace the job runs in.
+    target: the hardware target (a4, a3u, a4x), shown in the dashboard's title.
+    notification_channel: `projects/<p>/notificationChannels/<id>` for every alert; None: none.
+    no_step_minutes: how long without a new step line before the no-step alert fires (>= 2).
+    labels: the stack's resource labels, put on the alert policies (`user_labels`, the one
+        label field of the three resource types), so that incidents say which stack they are.
+    """
+
+    scope: Scope
+    target: str
+    notification_channel: str | None = None
+    no_step_minutes: int = 60
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.no_step_minutes < 2:
+            # MetricAbsence.duration: "The minimum value of this field is 120 seconds"
+            # (monitoring.v3.json discovery document).
+            raise ValueError(f"no_step_minutes = {self.no_step_minutes}: use 2 or more")
+
+
+class TrainingObservability(pulumi.ComponentResource):
+    metrics: dict[str, gcp.logging.Metric]
+    dashboard: gcp.monitoring.Dashboard
+    alerts: dict[str, gcp.monitoring.AlertPolicy]
+    dashboard_url: pulumi.Output[str]
+    logs_url: str
+
+    def __init__(
+        self, name: str, args: TrainingObservabilityArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("verl-gke:index:TrainingObservability", name, None, opts)
+        scope = args.scope
+        child = child_options(self, opts)
+        specs = {m.key: m for m in all_metrics()}
+        # A log-based metric is named by the program: one name, one metric (fixed_name).
+        self.metrics = {
+            key: _log_metric(f"{name}-metric-{key.replace('_', '-')}", scope, spec, fixed_name(child))
+            for key, spec in specs.items()
+        }
+        after_metrics = child_options(self, opts, depends_on=list(self.metrics.values()))
+        body = dashboard_body.dashboard(
+            scope, specs, f"verl-gke training: {scope.cluster_name} ({args.target})"
+        )
+        self.dashboard = gcp.monitoring.Dashboard(
+            f"{name}-dashboard",
+            gcp.monitoring.DashboardArgs(project=scope.project, dashboard_json=json.dumps(body)),
+            opts=after_metrics,
+        )
+        self.alerts = _alerts(name, args, specs, after_metrics)
+        self.dashboard_url = self.dashboard.id.apply(lambda id_: dashboard_url(scope.project, id_))
+        self.logs_url = logs_url(scope)
+        self.register_outputs({"dashboardUrl": self.dashboard_url, "logsUrl": self.logs_url})
+
+
+def dashboard_url(project: str, dashboard_id: str) -> str:
+    """The console page of a custom dashboard.
+
+    The provider's id is `projects/<number>/dashboards/<id>` (pulumi-gcp monitoring.Dashboard
+    import format); Terraform users link `.../monitoring/dashboards/custom/<id>?project=<p>`
+    (the console also serves the same id under `dashboards/builder/`).
+    """
+    short = dashboard_id.rsplit("/", 1)[-1]
+    return f"https://console.cloud.google.com/monitoring/dashboards/custom/{short}?project={project}"
+
+
+def logs_url(scope: Scope) -> str:
+    """Logs Explorer with the job's log lines (the shipper's entries of this namespace).
+
+    The query goes in the `;query=` matrix parameter, URL-encoded, the project in `?project=`:
+    the format of Logs Explorer's shared links (as vvakame/gcplogurl builds them:
+    `https://console.cloud.google.com/logs/query;query=trace%3D%22...%22?project=...`).
+    """
+    query = "\n".join(scope.shipper_entries())
+    return (
+        "https://console.cloud.google.com/logs/query;query="
+        f"{urllib.parse.quote(query, safe='')}?project={scope.project}"
+    )
+
+
+def _log_metric(
+    resource_name: str, scope: Scope, metric: LogMetric, opts: pulumi.ResourceOptions
+) -> gcp.logging.Metric:
+    logging = gcp.logging
+    counter = metric.kind is Kind.COUNTER
+    scale, growth, count = metric.buckets
+    return logging.Metric(
+        resource_name,
+        logging.MetricArgs(
+            project=scope.project,
+            name=scope.metric_name(metric),
+            description=f"verl-gke: {metric.title}, from the job's log lines.",
+            filter=log_metrics.entry_filter(scope, metric),
+            metric_descriptor=logging.MetricMetricDescriptorArgs(
+                metric_kind="DELTA",  # the only kind a log-based metric can have
+                value_type=log_metrics.value_type(metric),
+                unit=metric.unit,
+                display_name=metric.title,
+                labels=[
+                    logging.MetricMetricDescriptorLabelArgs(
+                        key=log_metrics.RUN_LABEL,
+                        value_type="STRING",
+                        description="The Ray job's submission id.",
+                    )
+                ],
+            ),
+            label_extractors=log_metrics.label_extractors(metric),
+            value_extractor=log_metrics.value_extractor(metric),
+            bucket_options=None if counter else logging.MetricBucketOptionsArgs(
+                exponential_buckets=logging.MetricBucketOptionsExponentialBucketsArgs(
+                    num_finite_buckets=count, growth_factor=growth, scale=scale
+                )
+            ),
+        ),
+        opts=opts,
+    )
+
+
+def _alerts(
+    name: str, args: TrainingObservabilityArgs, specs: dict[str, LogMetric],
+    opts: pulumi.ResourceOptions,
+) -> dict[str, gcp.monitoring.AlertPolicy]:
+    scope = args.scope
+    mon = gcp.monitoring
+    conditions = {
+        "job-failed": (
+            "Training job failed",
+            "Ray reported a non-zero exit of the training entrypoint. Read the job log "
+            "(the stack output consoleUrls.jobLogs); `pulumi up` resubmits the job and verl "
+            "resumes from its last checkpoint.",
+            _count_above_zero("A job entrypoint exited non-zero", scope, specs["job_failures"]),
+        ),
+        "reward-nan": (
+            "Training reward is NaN",
+            "verl logged critic/score/mean:nan. Further steps are wasted GPU time: stop the job "
+            "and check the reward function and the rollout outputs.",
+            _count_above_zero("A step logged a NaN reward", scope, specs["reward_nan"]),
+        ),
+        "no-step": (
+            "No new training step",
+            f"No verl step line for {args.no_step_minutes} minutes (verl-gke:noStepAlertMinutes). "
+            "The job may hang (NCCL), or it has ended; check the job status with "
+            "`pulumi refresh` and its log.",
+            mon.AlertPolicyConditionArgs(
+                display_name=f"No step line for {args.no_step_minutes} min",
+                condition_absent=mon.AlertPolicyConditionConditionAbsentArgs(
+                    filter=_user_metric(scope, specs["steps"]),
+                    duration=f"{args.no_step_minutes * 60}s",
+                    aggregations=[_sum_per_run()],
+                ),
+            ),
+        ),
+        "gpus-idle": (
+            "GPUs idle while the job runs",
+            f"Average GPU utilisation below {IDLE_GPU_PERCENT}% for {IDLE_GPU_MINUTES} minutes "
+            "while verl's TaskRunner actor is alive: the run is likely stuck.",
+            mon.AlertPolicyConditionArgs(
+                display_name=f"GPU utilisation < {IDLE_GPU_PERCENT}% with the job alive",
+                condition_prometheus_query_language=(
+                    mon.AlertPolicyConditionConditionPrometheusQueryLanguageArgs(
+                        query=gpus_idle_query(scope),
+                        duration=f"{IDLE_GPU_MINUTES * 60}s",
+                        evaluation_interval="60s",
+                        # Cloud Monitoring refuses a PromQL condition on metrics that do not
+                        # exist yet unless told not to check (pulumi-gcp 10.2 docstring of
+                        # disable_metric_validation); on a first `pulumi up` no GPU node or
+                        # Ray pod has reported DCGM or Ray metrics when the alert is created.
+                        disable_metric_validation=True,
+                    )
+                ),
+            ),
+        ),
+    }
+    channels = [args.notification_channel] if args.notification_channel else []
+    return {
+        key: mon.AlertPolicy(
+            f"{name}-alert-{key}",
+            mon.AlertPolicyArgs(
+                project=scope.project,
+                display_name=f"verl-gke {scope.cluster_name}: {title}",
+                combiner="OR",
+                conditions=[condition],
+                notification_channels=channels,
+                user_labels=dict(args.labels) or None,
+                documentation=mon.AlertPolicyDocumentationArgs(content=text, mime_type="text/markdown"),
+            ),
+            opts=opts,
+        )
+        for key, (title, text, condition) in conditions.items()
+    }
+
+
+def gpus_idle_query(scope: Scope) -> str:
+    """PromQL: mean GPU utilisation of the cluster under the threshold, only while verl's
+    TaskRunner actor is ALIVE (ray_actors, State/Name labels as a Ray 2.60 head exports them)."""
+    gpu = DCGM_METRICS[0]
+    return (
+        f"avg({gpu}{{{scope.promql_cluster()}}}) < {IDLE_GPU_PERCENT} "
+        f'and on() sum(ray_actors{{{scope.promql_labels()}, Name="TaskRunner", State="ALIVE"}}) > 0'
+    )
+
+
+def _user_metric(scope: Scope, metric: LogMetric) -> str:
+    return f'metric.type="{scope.metric_type(metric)}" AND resource.type="k8s_container"'
+
+
+def _sum_per_run() -> gcp.monitoring.AlertPolicyConditionConditionAbsentAggregationArgs:
+    return gcp.monitoring.AlertPolicyConditionConditionAbsentAggregationArgs(
+        alignment_period="60s",
+        per_series_aligner="ALIGN_SUM",
+        cross_series_reducer="REDUCE_SUM",
+        group_by_fields=["metric.label.run"],
+    )
+
+
+def _count_above_zero(
+    display_name: str, scope: Scope, metric: LogMetric
+) -> gcp.monitoring.AlertPolicyConditionArgs:
+    mon = gcp.monitoring
+    return mon.AlertPolicyConditionArgs(
+        display_name=display_name,
+        condition_threshold=mon.AlertPolicyConditionConditionThresholdArgs(
+            filter=_user_metric(scope, metric),
+            comparison="COMPARISON_GT",
+            threshold_value=0,
+            duration="0s",  # one matching line is enough
+            aggregations=[
+                mon.AlertPolicyConditionConditionThresholdAggregationArgs(
+                    alignment_period="60s",
+                    per_series_aligner="ALIGN_SUM",
+                    cross_series_reducer="REDUCE_SUM",
+                    group_by_fields=["metric.label.run"],
+                )
+            ],
+        ),
+    )

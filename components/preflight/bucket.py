@@ -1,0 +1,76 @@
+"""An existing bucket under the stack's bucket name: adopted, if it can be this stack's.
+
+`pulumi up` after `pulumi destroy` meets the bucket the destroy kept; a plain create would fail
+with 409. It is adopted (Pulumi's `import` option, components/storage/gcs_fuse_storage.py) when
+it can be this stack's: in the configured region, with a hierarchical namespace, and not
+labelled as another stack's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi_gcp as gcp
+
+from components.messages import quoted
+from components.schema import names
+from components.schema.config import StackConfig
+
+
+@dataclass(frozen=True)
+class ExistingBucket:
+    name: str
+    location: str  # as Cloud Storage reports it, upper case (US-CENTRAL1)
+    labels: dict[str, str] = field(default_factory=dict)
+    hierarchical_namespace: bool = False
+
+
+
+def find_bucket(project: str, name: str) -> ExistingBucket | None:
+    """The bucket of that name in the project, or None.
+
+    `google_storage_buckets` lists by prefix and returns an empty list when nothing matches
+    (terraform-provider-google data_source_google_storage_buckets.go), where the singular data
+    source fails on a missing bucket; the singular one is asked only once the bucket is known
+    to exist, for what the list does not say (its hierarchical namespace).
+    """
+    listed = gcp.storage.get_buckets(project=project, prefix=name)
+    match = next((b for b in listed.buckets or [] if b.name == name), None)
+    if match is None:
+        return None
+    detail = gcp.storage.get_bucket(name=name, project=project)
+    namespaces = detail.hierarchical_namespaces or []
+    return ExistingBucket(
+        name=name,
+        location=match.location,
+        labels=dict(match.labels or {}),
+        hierarchical_namespace=any(ns.enabled for ns in namespaces),
+    )
+
+
+def adoption_problems(bucket: ExistingBucket, config: StackConfig) -> list[str]:
+    key = "verl-gke:bucketName" if config.bucket_name else "verl-gke:bucketName (unset)"
+    problems = []
+    owner = bucket.labels.get(names.STACK_LABEL)
+    mine = names.stack_label(config.stack)
+    if owner is not None and owner != mine:
+        problems.append(
+            f"{key}: the bucket {quoted(bucket.name)} exists and belongs to stack {quoted(owner)} "
+            f"(label {names.STACK_LABEL}); two stacks must not share one bucket, or destroying "
+            "one could delete the other's checkpoints: set verl-gke:bucketName to another name"
+        )
+    if bucket.location.lower() != config.region.lower():
+        problems.append(
+            f"verl-gke:region = {config.region!r}, but the bucket {quoted(bucket.name)} that "
+            f"holds this stack's data is in {bucket.location}, and a bucket cannot move: set "
+            f"verl-gke:region to {bucket.location.lower()!r}, or set verl-gke:bucketName to a "
+            "new bucket (the old one keeps its checkpoints)"
+        )
+    if not bucket.hierarchical_namespace:
+        problems.append(
+            f"{key}: the bucket {quoted(bucket.name)} exists without a hierarchical namespace. "
+            "This stack's buckets have one (atomic folder renames for staging and checkpoints "
+            "through GCS FUSE), and an existing bucket cannot be given one: set "
+            "verl-gke:bucketName to a new bucket"
+        )
+    return problems

@@ -1,0 +1,206 @@
+"""The log shipper and the log-based metrics' RE2 patterns, on real logs of a real local Ray.
+
+A Ray head is started for this module; the shipper script (the sidecar's own command) follows
+its logs directory while verl-format jobs run (tests/fakes/verl_trainer.py prints verl's step
+lines), and every filter regex, value extractor and label extractor is applied with google-re2
+(the engine Cloud Logging uses) to the lines the shipper printed, i.e. to the textPayloads the
+log-based metrics will see.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import re2
+import requests
+
+from components.observability import log_metrics, log_shipper, training_log
+from components.observability.scope import Scope
+from components.observability.training_log import Kind
+from components.ray.grpo_job import last_metrics
+
+TRAINER = f"{sys.executable} {Path(__file__).parent / 'fakes' / 'verl_trainer.py'}"
+GOOD, FAILED = "verl-gke-test-grpo-good", "verl-gke-test-grpo-failed"
+GOOD_STEPS, FAILED_STEPS, NAN_STEP = 4, 2, 3
+METRICS = {m.key: m for m in training_log.log_metrics()}
+
+
+def start_shipper(logs_dir: Path, out: Path) -> subprocess.Popen:
+    """The sidecar's command, in its own session so that it can be ended by process group."""
+    env = {
+        **os.environ,
+        "RAY_LOGS_DIR": str(logs_dir),
+        "SHIP_PATTERNS": " ".join(log_shipper.JOB_LOG_PATTERNS),
+        "SHIP_SCAN_SECONDS": "0.3",
+    }
+    return subprocess.Popen(
+        ["/bin/sh", "-c", log_shipper.SCRIPT], stdout=out.open("w"), env=env,
+        start_new_session=True,
+    )
+
+
+def stop(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=15)
+
+
+def wait_terminal(url: str, submission_id: str) -> str:
+    for _ in range(240):
+        status = requests.get(f"{url}/api/jobs/{submission_id}", timeout=10).json()["status"]
+        if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return status
+        time.sleep(0.25)
+    raise AssertionError(f"{submission_id} did not finish")
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory, shared_ray_head):
+    """(lines the shipper printed, the Ray logs dir), after a good and a failing job."""
+    tmp = tmp_path_factory.mktemp("ship")
+    head = shared_ray_head
+    logs = head.temp_dir / "session_latest" / "logs"
+    shipper = start_shipper(logs, tmp / "shipped.txt")
+    try:
+        jobs = {
+            GOOD: f"{TRAINER} --steps {GOOD_STEPS} --sleep 0.1 --all-metrics "
+            f"--nan-reward-at {NAN_STEP}",
+            FAILED: f"{TRAINER} --steps {FAILED_STEPS} --sleep 0.1 --all-metrics --fail",
+        }
+        for submission_id, command in jobs.items():
+            requests.post(
+                f"{head.dashboard_url}/api/jobs/",
+                json={"entrypoint": command, "submission_id": submission_id}, timeout=10,
+            ).raise_for_status()
+        assert wait_terminal(head.dashboard_url, GOOD) == "SUCCEEDED"
+        assert wait_terminal(head.dashboard_url, FAILED) == "FAILED"
+        time.sleep(2)  # the supervisor writes its last line after the status; scans follow
+    finally:
+        stop(shipper)
+    lines = (tmp / "shipped.txt").read_text().splitlines()
+    copy = tmp / "logs"
+    subprocess.run(["cp", "-r", str(logs), str(copy)], check=True)
+    yield lines, copy
+
+
+def matching(lines: list[str], metric: training_log.LogMetric) -> list[str]:
+    return [l for l in lines if re2.search(metric.tag, l) and re2.search(metric.line, l)]
+
+
+def test_shipper_prints_every_job_log_line_once_tagged_with_its_file(shipped):
+    """Each line of each job's driver and supervisor log is printed once, in order, behind
+    `[<file stem>] `. On this shared head, jobs of other test modules may still write after
+    the shipper started: their new lines are shipped too, under their own tags, and every
+    printed line carries a tag."""
+    lines, logs = shipped
+    assert all(re2.search(r"^[[](job-driver|supervisor)-[^]]+] ", l) for l in lines)
+    expected = []
+    files = [logs / f"job-driver-{run}.log" for run in (GOOD, FAILED)]
+    files += [logs / "jobs" / f"supervisor-{run}.log" for run in (GOOD, FAILED)]
+    for path in files:
+        tag = path.name[: -len(".log")]
+        file_lines = path.read_text().splitlines()
+        assert file_lines, path
+        mine = [l[len(tag) + 3:] for l in lines if l.startswith(f"[{tag}] ")]
+        assert mine == file_lines, tag
+        expected += file_lines
+    ours = [l for l in lines if any(l.startswith(f"[{k}-{r}] ") for k in ("job-driver", "supervisor") for r in (GOOD, FAILED))]
+    assert len(ours) == len(expected)
+
+
+def test_restarted_shipper_does_not_ship_old_lines_again(shipped, tmp_path):
+    """A sidecar restarted in the same pod skips what its earlier run shipped, so counters
+    (failures, NaN rewards) are not counted twice."""
+    _, logs = shipped
+    again = start_shipper(logs, tmp_path / "again.txt")
+    time.sleep(1.5)  # several scans
+    with (logs / f"job-driver-{GOOD}.log").open("a") as file:
+        file.write("a line written after the restart\n")
+    time.sleep(1.5)
+    stop(again)
+    assert (tmp_path / "again.txt").read_text().splitlines() == [
+        f"[job-driver-{GOOD}] a line written after the restart"
+    ]
+
+
+def test_step_counter_and_label_count_each_runs_steps(shipped):
+    """The `steps` metric matches exactly the step lines, and its label is the run."""
+    lines, _ = shipped
+    steps = matching(lines, METRICS["steps"])
+    runs = [re2.search(METRICS["steps"].tag, l).group(1) for l in steps]
+    assert runs.count(GOOD) == GOOD_STEPS and runs.count(FAILED) == FAILED_STEPS
+    assert len(runs) == GOOD_STEPS + FAILED_STEPS
+
+
+@pytest.mark.parametrize("verl_key", list(training_log.TRAINING_VALUES))
+def test_value_extractors_agree_with_the_job_providers_parser(shipped, verl_key):
+    """On every real step line, each value extractor yields the number the GrpoJob provider's
+    parser (last_metrics) reads for the same key; a NaN yields nothing."""
+    lines, _ = shipped
+    key = training_log.TRAINING_VALUES[verl_key][0]
+    metric = METRICS[key]
+    assert re2.compile(metric.value).groups == 1
+    seen = 0
+    for line in matching(lines, metric):
+        parsed = last_metrics(line)
+        found = re2.search(metric.value, line)
+        if verl_key in parsed:
+            assert found is not None, line
+            assert float(found.group(1)) == pytest.approx(parsed[verl_key]), line
+            seen += 1
+        else:  # NaN: dropped by the parser, and no number for the extractor either
+            assert found is None, line
+    expected = GOOD_STEPS + FAILED_STEPS - (1 if verl_key == "critic/score/mean" else 0)
+    assert seen == expected
+
+
+def test_nan_reward_counter_matches_only_the_nan_step(shipped):
+    """`reward_nan` counts the one step whose reward is NaN, in the run that logged it."""
+    lines, _ = shipped
+    hits = matching(lines, METRICS["reward_nan"])
+    assert len(hits) == 1 and f"step:{NAN_STEP} - " in hits[0]
+    assert re2.search(METRICS["reward_nan"].tag, hits[0]).group(1) == GOOD
+
+
+def test_failure_counter_matches_the_failed_run_only(shipped):
+    """`job_failures` matches the supervisor's non-zero exit line of the failed run, not the
+    successful run's exit 0."""
+    lines, _ = shipped
+    hits = matching(lines, METRICS["job_failures"])
+    assert [re2.search(METRICS["job_failures"].tag, l).group(1) for l in hits] == [FAILED]
+    assert any(f"[supervisor-{GOOD}]" in l and "exited with code 0" in l for l in lines)
+
+
+SCOPE = Scope("example-project", "us-central1", "verl", "default")
+
+
+def _payload_regexes(filter_text: str) -> list[str]:
+    return [
+        line.split('textPayload=~"', 1)[1][:-1]
+        for line in filter_text.split("\nAND ")
+        if line.startswith('textPayload=~"')
+    ]
+
+
+@pytest.mark.parametrize("key", sorted(METRICS))
+def test_api_fields_carry_the_tested_patterns_verbatim(key):
+    """What goes to the Logging API holds exactly the patterns tested above: the filter's
+    textPayload regexes, the extractors' one-group regexes; none needs escaping."""
+    metric = METRICS[key]
+    for pattern in (metric.tag, metric.line, metric.value or ""):
+        assert "\\" not in pattern and '"' not in pattern
+    assert _payload_regexes(log_metrics.entry_filter(SCOPE, metric)) == [metric.tag, metric.line]
+    [label] = log_metrics.label_extractors(metric).values()
+    assert label == f'REGEXP_EXTRACT(textPayload, "{metric.tag}")'
+    assert re2.compile(metric.tag).groups == 1
+    extractor = log_metrics.value_extractor(metric)
+    if metric.kind is Kind.VALUE:
+        assert extractor == f'REGEXP_EXTRACT(textPayload, "{metric.value}")'
+    else:
+        assert extractor is None
+    assert len(SCOPE.metric_name(metric)) <= 100
