@@ -30,11 +30,13 @@ from components.observability.training_observability import (
     TrainingObservability,
     TrainingObservabilityArgs,
 )
+from components.ray.cluster_check import ClusterCheck, ClusterCheckArgs
 from components.ray.grpo_job import GrpoJob, GrpoJobArgs
+from components.ray.trackers import TrackerCredentials, TrackerCredentialsArgs
 from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
 from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
 from components.schema import config, names
-from components.schema.run import checkpoint_uri
+from components.schema.run import checkpoint_uri, runtime_env
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.storage.model_staging import ModelStaging, ModelStagingArgs
 
@@ -197,6 +199,13 @@ staging = ModelStaging(
     opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=[images])),
 )
 
+# The experiment trackers' keys, for the Ray pods only (never job inputs).
+trackers = TrackerCredentials(
+    "trackers",
+    TrackerCredentialsArgs(namespace=cfg.namespace, env=config.tracker_env(cfg)),
+    opts=in_namespace,
+)
+
 dra = None
 if dranet:
     dra = NvidiaDraDriver(
@@ -222,11 +231,30 @@ ray = VerlRayCluster(
         rdma_claim_template=dra.rdma_claim_template if dra else None,
         compute_domain_claim_template=dra.compute_domain_claim_template if dra else None,
         operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
+        tracker_secret=trackers.secret_name,
         image=images.ref(pins.VERL_IMAGES[hw.arch]),
         pod_prerequisites=[*ray_prerequisites, installer, images],
     ),
     opts=in_namespace,
 )
+
+# GPUs, RDMA fabric and bucket checked before any GPU hour goes to training.
+check = None
+if not cfg.run.skip_cluster_check:
+    check = ClusterCheck(
+        "cluster-check",
+        ClusterCheckArgs(
+            profile=hw,
+            nodes=cfg.nodes,
+            model_path=staging.model_path,
+            runtime_env=runtime_env(hw, cfg.nodes),
+            namespace=cfg.namespace,
+            head_service=ray.head_service,
+            kubeconfig=gke.kubeconfig,
+            dashboard_address=cfg.run.dashboard_address,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[staging]),
+    )
 
 # The final resource: the training run, once the RayCluster is ready and the bucket is filled.
 job = GrpoJob(
@@ -239,6 +267,10 @@ job = GrpoJob(
         namespace=cfg.namespace,
         head_service=ray.head_service,
         kubeconfig=gke.kubeconfig,
+        model_revision=cfg.model_revision,
+        # A re-staging replaces (first stops) the run: no file under /data changes beneath it.
+        staged=staging.job_name,
+        checked=check.check_id if check else None,
     ),
     opts=pulumi.ResourceOptions(depends_on=[staging]),
 )
@@ -267,7 +299,8 @@ DeletionProtection(
         r
         for r in (
             bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites,
-            *namespace_deps, installer, storage, staging, dra, ray, job, observability,
+            *namespace_deps, installer, storage, staging, trackers, dra, ray, check, job,
+            observability,
         )
         if r is not None
     ],
@@ -279,7 +312,7 @@ pulumi.export("clusterEndpoint", gke.endpoint)
 pulumi.export("kubeconfig", gke.kubeconfig)
 pulumi.export("bucketName", storage.bucket_name)
 pulumi.export("bucketUrl", storage.bucket_url)
-pulumi.export("checkpointUri", job.checkpoint_uri)
+pulumi.export("checkpointUri", storage.bucket_url.apply(checkpoint_uri))
 pulumi.export(
     "hardware",
     {
@@ -319,7 +352,22 @@ pulumi.export(
         "dashboardPath": job.dashboard_path,
         "entrypoint": job.entrypoint,
         "metrics": job.metrics,
+        "checkpointUri": job.checkpoint_uri,
+        "runDir": job.run_dir,
+        "modelUri": job.model_uri,
+        "exportStatus": job.export_status,
     },
+)
+pulumi.export(
+    "clusterCheck",
+    {
+        "status": check.status,
+        "busBandwidthGbs": check.bus_bandwidth_gbs,
+        "readMbps": check.read_mbps,
+        "inventory": check.inventory,
+    }
+    if check
+    else {"status": "SKIPPED"},
 )
 pulumi.export(
     "staging",

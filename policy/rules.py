@@ -459,6 +459,7 @@ def validate_gcp_labels(args: ResourceValidationArgs, report: ReportViolation) -
 SECRET_ENV_NAMES = (
     "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN",
     "WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_URI",  # may carry credentials (user:password@host): the program keeps it secret
     "SWANLAB_API_KEY", "COMET_API_KEY", "NEPTUNE_API_TOKEN",
 )
 

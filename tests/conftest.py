@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -25,10 +28,24 @@ def program(request):
 
 
 @pytest.fixture(scope="session")
-def shared_ray_head(tmp_path_factory):
-    """One private local Ray head for the test modules that only submit jobs to it and read
-    their logs (training log patterns, training curve): starting a head costs ~8 s."""
+def shared_ray_head():
+    """One private local Ray head for every test module that runs jobs on a real Ray: the
+    training log patterns and curve, the job provider and its lifecycle, the cluster check.
+    Starting a head costs ~8 s; each module uses its own submission ids and resource names."""
     from tests.local_ray import local_ray
 
-    with local_ray(tmp_path_factory.mktemp("shared-ray")) as head:
-        yield head
+    # A short temp dir, not tmp_path_factory's: Ray's Unix sockets live under it, and a path
+    # past the 107-byte socket limit (/tmp/pytest-of-<user>/pytest-<n>/... once n has three
+    # digits) makes the dashboard's modules fail to start ("MetricsHead ... EOF from pipe").
+    temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+    try:
+        with local_ray(temp_dir) as head:
+            yield head
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_head(shared_ray_head):
+    """The job provider's tests call it ray_head."""
+    return shared_ray_head

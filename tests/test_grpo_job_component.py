@@ -26,7 +26,7 @@ def render(run: GrpoRunConfig, target: str = "a4", nodes: int = 2, stack: str = 
             run=run,
             profile=profile(target),
             nodes=nodes,
-            checkpoint_uri="gs://bucket/verl/checkpoints",
+            checkpoint_uri="gs://bucket/checkpoints",
             namespace="verl",
             head_service="verl-ray-head-svc",
             kubeconfig=pulumi.Output.secret(KUBECONFIG),
@@ -53,7 +53,9 @@ def test_registers_the_run_under_the_component_with_the_exact_entrypoint():
     assert inputs["version"] == PROVIDER_VERSION
     assert recording.outputs["entrypoint"] == expected
     assert recording.outputs["submission_id"] == inputs["submission_id"]
-    assert recording.outputs["checkpoint_uri"] == "gs://bucket/verl/checkpoints"
+    run_dir = grpo_run.run_dir_name(GrpoRunConfig(), profile("a3u"), 2)
+    assert recording.outputs["checkpoint_uri"] == f"gs://bucket/checkpoints/{run_dir}"
+    assert f"trainer.default_local_dir=/data/checkpoints/{run_dir} " in expected
 
 
 def test_kubeconfig_stays_secret_in_the_registered_inputs():
@@ -101,9 +103,10 @@ class _LogsUnreadable:
     """A job whose status Ray reports but whose log cannot be fetched in time."""
 
     submission_id = "verl-gke-a4-grpo-0123456789ab"
+    policy = grpo_job.RequestPolicy()
 
-    def logs(self) -> str:
-        raise RayAccessError("GET /logs timed out after 15 s")
+    def log_tail(self, lines: int, info: dict | None = None) -> str:
+        raise RayAccessError("GET /api/v0/logs/file timed out after 15 s")
 
 
 def test_refresh_keeps_the_last_metrics_when_the_log_cannot_be_read():

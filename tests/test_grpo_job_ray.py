@@ -25,7 +25,7 @@ from pulumi.dynamic.dynamic import serialize_provider
 from components.ray import grpo_job
 from components.ray.grpo_job import GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RayUnreachable, RequestPolicy
-from tests.local_ray import free_port, local_ray
+from tests.local_ray import free_port
 
 FAKES = Path(__file__).parent / "fakes"
 TRAINER = f"{sys.executable} {FAKES / 'verl_trainer.py'}"
@@ -35,12 +35,6 @@ POLICY = RequestPolicy(
     timeout_s=5, attempts=2, backoff_s=0.1, forward_timeout_s=10,
     poll_min_s=0.1, poll_max_s=0.5, stop_timeout_s=30,
 )
-
-
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    with local_ray(tmp_path_factory.mktemp("ray")) as head:
-        yield head
 
 
 @pytest.fixture
@@ -62,12 +56,16 @@ def props(address: str, command: str, wait_for: str = "running", **overrides) ->
         "submission_id": f"test-{uuid.uuid4().hex[:12]}",
         "entrypoint": command,
         "runtime_env": {"env_vars": {"HF_HOME": "/tmp/hf"}},
+        "staged": None,
         "metadata": {"verl-gke-stack": "test"},
         "wait_for": wait_for,
         "timeout_s": 60,
+        "max_retries": 0,
         "access": {"address": address},
-        "checkpoint_uri": "gs://bucket/verl/checkpoints",
+        "checkpoint_uri": "gs://bucket/checkpoints/grpo-16gpu-0123456789ab",
+        "run_dir": "grpo-16gpu-0123456789ab",
         "version": grpo_job.PROVIDER_VERSION,
+        "job_state": "",
         **overrides,
     }
 
@@ -234,11 +232,16 @@ def test_unreachable_address_fails_with_job_address_and_fix(provider):
     assert "verl-gke:job.dashboardAddress" in message and "2 attempts" in message
 
 
-def test_delete_against_a_cluster_that_is_gone_warns_instead_of_failing(provider, warnings):
-    """destroy after the Ray cluster vanished: a warning naming the job, not a stuck delete."""
+def test_delete_that_cannot_reach_ray_fails_and_says_the_job_may_still_run(provider, warnings):
+    """No answer from the dashboard is not proof that the job is gone: delete fails (so a
+    replacement is never created next to it), naming the job and both ways forward."""
     inputs = props(f"http://127.0.0.1:{free_port()}", "true")
-    provider.delete(inputs["submission_id"], inputs)
-    assert len(warnings) == 1 and inputs["submission_id"] in warnings[0]
+    with pytest.raises(RayAccessError) as failure:
+        provider.delete(inputs["submission_id"], inputs)
+    message = str(failure.value)
+    assert inputs["submission_id"] in message and "may still be running" in message
+    assert "pulumi state delete" in message
+    assert warnings == []
 
 
 def test_a_listener_that_never_answers_times_out(provider):
@@ -312,6 +315,10 @@ def test_port_forward_path_end_to_end(ray_head, provider, fake_kubectl):
     )
     assert created.outs["status"] == "SUCCEEDED"
     assert ray_job(ray_head, created.id)["status"] == "SUCCEEDED"  # really went through
+    # Refresh hands inputs back to the engine as plain values: never the kubeconfig.
+    refreshed = provider.read(created.id, created.outs)
+    assert refreshed.outs["status"] == "SUCCEEDED"
+    assert "access" not in refreshed.inputs and KUBECONFIG not in json.dumps(refreshed.inputs)
 
     calls = [json.loads(line) for line in fake_kubectl.read_text().splitlines()]
     assert calls, "the fake kubectl was never run"
@@ -326,7 +333,8 @@ def test_port_forward_path_end_to_end(ray_head, provider, fake_kubectl):
 def test_port_forward_to_a_missing_service_fails_or_warns_with_kubectls_reason(
     provider, fake_kubectl, warnings
 ):
-    """create fails with kubectl's own error and the fix; delete only warns (cluster gone)."""
+    """create fails with kubectl's own error and the fix; delete only warns: the API server
+    says the head Service is gone (NotFound), so no job of that Ray cluster can still run."""
     inputs = port_forward_props("true", service="gone-head-svc")
     with pytest.raises(RayUnreachable, match='services "gone-head-svc" not found') as failure:
         provider.create(inputs)

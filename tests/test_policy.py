@@ -403,12 +403,35 @@ def test_the_token_kubeconfig_and_job_access_are_secrets_in_every_stack():
         assert violations("credentials-are-secrets", found) == []
 
 
+def test_tracker_keys_reach_the_cluster_only_as_secrets(monkeypatch):
+    """With wandb configured (`--secret verl-gke:wandbApiKey`), its key travels in the trackers
+    Secret as a secret and the pack passes; the same key in plain text is reported."""
+    original = plan.stack_inputs
+
+    def with_wandb(stack, mode=None, overrides=None):
+        inputs = original(stack, mode, overrides)
+        inputs.config["verl-gke:wandbApiKey"] = "wandb-EXAMPLE-KEY"
+        inputs.secret_keys.append("verl-gke:wandbApiKey")
+        inputs.config["verl-gke:job"] = json.dumps({"logger": "[console,wandb]"})
+        return inputs
+
+    monkeypatch.setattr(plan, "stack_inputs", with_wandb)
+    inputs, recording = plan.run_program("a4", "standard")
+    found = plan.plan_document("a4", inputs, recording)["resources"]
+    trackers = one(found, rules.K8S_SECRET, "trackers-secret")
+    assert trackers["inputs"]["stringData"] == {"WANDB_API_KEY": "[secret]"}
+    assert violations("credentials-are-secrets", found) == []
+    trackers["inputs"]["stringData"]["WANDB_API_KEY"] = "wandb-EXAMPLE-KEY"
+    [message] = violations("credentials-are-secrets", [trackers])
+    assert message.startswith("stringData.WANDB_API_KEY holds a credential in plain text")
+
+
 @pytest.mark.parametrize("leak", ["hf token", "kubeconfig", "job kubeconfig", "tracker key env", "container env"])
 def test_a_credential_in_plain_text_is_a_violation(leak):
     """Each place a credential travels, given a plain value, is reported with its path."""
     found = resources()
     if leak == "hf token":
-        target = one(found, rules.K8S_SECRET)
+        target = one(found, rules.K8S_SECRET, "storage-hf-secret")
         target["inputs"]["stringData"]["hf_api_token"] = "hf_plain"
         expected = "stringData.hf_api_token"
     elif leak == "kubeconfig":
@@ -510,7 +533,7 @@ def test_the_served_pack_reports_what_make_policy_reports():
     token sent in plain text fails credentials-are-secrets, and a GPU pool without its service
     account fails exactly the rule it fails offline."""
     servicer = _served_pack()
-    secret = one(resources(), rules.K8S_SECRET)
+    secret = one(resources(), rules.K8S_SECRET, "storage-hf-secret")
     ok = servicer.Analyze(_analyze_request(secret, ("stringData.hf_api_token",)), None)
     assert [d.policyName for d in ok.diagnostics] == []
     secret["inputs"]["stringData"]["hf_api_token"] = "hf_REALVALUE"

@@ -7,6 +7,7 @@ conftest.rendered) and checks what would be sent to the providers.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -330,7 +331,14 @@ def test_outputs_are_the_documented_contract(program):
     nodes = hw.default_nodes
     assert out["clusterName"] == f"verl-{stack}" and out["clusterLocation"] == "us-central1"
     assert out["bucketUrl"] == f"gs://verl-{stack}-example-project"
-    assert out["checkpointUri"] == f"gs://verl-{stack}-example-project/verl/checkpoints"
+    # The root of every run's directory; the run's own is job.checkpointUri (added).
+    bucket = f"gs://verl-{stack}-example-project"
+    assert out["checkpointUri"] == f"{bucket}/checkpoints"
+    run_dir = out["job"]["runDir"]
+    assert re.fullmatch(rf"grpo-{hw.gpus_per_node * nodes}gpu-[0-9a-f]{{12}}", run_dir)
+    assert out["job"]["checkpointUri"] == f"{bucket}/checkpoints/{run_dir}"
+    # exportModel is on by default: the Hugging Face model's place in the run's directory.
+    assert out["job"]["modelUri"] == f"{bucket}/checkpoints/{run_dir}/huggingface"
     assert out["hardware"] == {
         "target": stack, "gpuType": hw.gpu_type, "machineType": hw.machine_type,
         "gpusPerNode": hw.gpus_per_node, "nodes": nodes, "totalGpus": hw.gpus_per_node * nodes,
@@ -378,7 +386,11 @@ def test_plan_records_options_and_dependencies_as_the_engine_gets_them(tmp_path)
     iam = by_name[("gcp:storage/bucketIAMMember:BucketIAMMember", "storage-object-user")]
     assert iam["inputsFrom"]["bucket"] == [bucket["urn"]]
     run = by_name[(GRPO_RUN, "grpo-run")]
-    assert job["urn"] in run["dependsOn"]  # explicit: the job reads what staging wrote
+    # The job reads what staging wrote, and its `staged` input comes from the staging Job's
+    # name: when staging is replaced (delete before replace), the engine's dependent-replacement
+    # pass (pulumi/pulumi pkg/resource/deploy/step_generator.go calculateDependentReplacements)
+    # follows property dependencies only, sees this one and stops the training job first.
+    assert run["inputsFrom"]["staged"] == [job["urn"]]
     assert urn[("kubernetes:ray.io/v1:RayCluster", "ray-ray-cluster")] in run["inputsFrom"]["access"]
 
 
@@ -423,7 +435,9 @@ def test_job_in_the_plan_runs_the_targets_overrides(stack, expected):
     overrides = _overrides(inputs["entrypoint"])
     assert expected.items() <= overrides.items()
     assert overrides["actor_rollout_ref.model.path"] == "/data/Qwen2.5-32B-Instruct"
-    assert overrides["trainer.default_local_dir"] == "/data/verl/checkpoints"
+    # The run's own directory, outside the staged source tree (/data/verl).
+    assert re.fullmatch(r"/data/checkpoints/grpo-\d+gpu-[0-9a-f]{12}",
+                        overrides["trainer.default_local_dir"])
     assert overrides["trainer.resume_mode"] == "auto"
     assert int(overrides["trainer.save_freq"]) > 0
     env = inputs["runtime_env"]["env_vars"]
@@ -441,3 +455,30 @@ def test_job_model_path_follows_the_staged_model():
     recording = _run_with("a4", {"verl-gke:staging": json.dumps(staging)})
     overrides = _overrides(recording.one(GRPO_RUN).plain_inputs["entrypoint"])
     assert overrides["actor_rollout_ref.model.path"] == "/data/Qwen2.5-7B-Instruct"
+
+
+CHECK_RUN = "pulumi-python:dynamic/verl-gke:ClusterCheckRun"
+
+
+def test_cluster_check_runs_before_the_job_and_a_recheck_stops_the_job_first():
+    """The check waits for the RayCluster and staging; the job's `checked` input comes from the
+    check, so a re-check (replace, delete first) stops training before it takes the GPUs. The
+    check expects the target's GPUs and floors."""
+    _, recording = rendered("a3u", "standard")
+    check = recording.one(CHECK_RUN)
+    run = recording.one(GRPO_RUN)
+    ray_cluster = recording.one("kubernetes:ray.io/v1:RayCluster")
+    assert ray_cluster.urn in check.dependencies
+    assert run.input_dependencies["checked"] == {check.urn}
+    want = check.plain_inputs["expected"]
+    assert (want["gpus_per_node"], want["gpu_name"], want["nodes"]) == (8, "H200", 2)
+    assert want["min_busbw_gbs"] == 25.0
+    assert "--read-path /data/Qwen2.5-32B-Instruct" in check.plain_inputs["entrypoint"]
+
+
+def test_skip_cluster_check_leaves_it_out():
+    """job.skipClusterCheck: no check resource, the job does not wait for one, output says so."""
+    recording = _run_with("a4", {"verl-gke:job": json.dumps({"skipClusterCheck": True})})
+    assert recording.of_type(CHECK_RUN) == []
+    assert recording.one(GRPO_RUN).plain_inputs.get("checked") is None
+    assert recording.plain_outputs()["clusterCheck"] == {"status": "SKIPPED"}

@@ -10,9 +10,18 @@ GSM8K_DIR = f"{DATA_MOUNT}/gsm8k"
 TRAIN_FILES = f"{GSM8K_DIR}/train.parquet"
 VAL_FILES = f"{GSM8K_DIR}/test.parquet"
 HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
-# The tutorial's checkpoint dir, so `gs://<bucket>/verl/checkpoints` holds the checkpoints.
-CHECKPOINT_SUBPATH = "verl/checkpoints"
-CHECKPOINT_DIR = f"{DATA_MOUNT}/{CHECKPOINT_SUBPATH}"
+# Every run's checkpoints, one directory per run (`<runName>-<N>gpu-<digest>`, see
+# components/schema/run.py). Outside VERL_DIR, so re-staging verl's source never touches them;
+# `gs://<bucket>/checkpoints/<run>` holds one run.
+CHECKPOINT_SUBPATH = "checkpoints"
+CHECKPOINT_ROOT = f"{DATA_MOUNT}/{CHECKPOINT_SUBPATH}"
+# Where the tutorial (and this program before runs had their own directories) checkpointed,
+# inside the staged source tree; staging still keeps it so that no old checkpoint is lost.
+LEGACY_CHECKPOINT_DIR = f"{VERL_DIR}/checkpoints"
+# verl's checkpoint layout in a run's directory (verl/utils/checkpoint/checkpoint_manager.py
+# get_checkpoint_tracker_filename, find_latest_ckpt_path): the tracker names the last step saved.
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
+CHECKPOINT_STEP_DIR = "global_step_{}"
 
 PVC_NAME = "training-bucket-pvc"
 HF_SECRET_NAME = "hf-secret"

@@ -37,6 +37,8 @@ KUBECTL = "kubectl"
 _FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
 # Ray's JobManager.JOB_MONITOR_LOOP_PERIOD_S (ray/dashboard/modules/job/job_manager.py).
 _JOB_MONITOR_PERIOD_S = 1.0
+# Ray's JobStatus values that never change again (ray/dashboard/modules/job/common.py).
+TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,14 @@ class RequestPolicy:
     attempts: int = 4  # per request, on connection errors and timeouts
     backoff_s: float = 1.0  # before the 2nd attempt; doubles after each
     forward_timeout_s: float = 30.0  # for kubectl to report its local port
-    poll_min_s: float = 0.25  # job status polling starts here and doubles...
-    poll_max_s: float = 5.0  # ...up to here, so short waits are quick and long ones are cheap
+    # Job status polling: every poll_min_s at first, then a tenth of the time waited so far, up
+    # to poll_max_s. A status change is seen at most 10% (or poll_min_s) after it happens, so
+    # short waits stay quick and a wait of hours costs one request every poll_max_s.
+    poll_min_s: float = 0.1
+    poll_max_s: float = 5.0
     stop_timeout_s: float = 120.0  # for a stopped job to reach a terminal state
+    progress_every_s: float = 30.0  # at most one progress line this often, besides changes
+    log_tail_lines: int = 200  # lines of the driver log read for metrics and error reports
 
 
 class RayAccessError(RuntimeError):
@@ -58,6 +65,15 @@ class RayAccessError(RuntimeError):
 
 class RayUnreachable(RayAccessError):
     """No answer from the dashboard at all (as opposed to an answer that is an error)."""
+
+
+class RayClusterGone(RayUnreachable):
+    """The Kubernetes API says the head Service (or its namespace) does not exist: no RayCluster
+    is left to run a job, as opposed to a dashboard that is merely unreachable right now."""
+
+
+# kubectl's answer when the Service or its namespace is gone (the API server's NotFound status).
+_NOT_FOUND = re.compile(r'\(NotFound\).*(services|namespaces) "[^"]*" not found')
 
 
 class Dashboard(abc.ABC):
@@ -167,7 +183,8 @@ class PortForward(Dashboard):
             else f"reported no local port within {self._timeout_s:g}s"
         )
         output = " | ".join(self._output) or "no output"
-        raise RayUnreachable(
+        gone = _NOT_FOUND.search(output)
+        raise (RayClusterGone if gone else RayUnreachable)(
             f"kubectl port-forward to {self._target} {failure} (kubectl said: {output}); "
             f"{self.hint()}"
         )
@@ -212,6 +229,9 @@ class RayJobs:
         self.dashboard = dashboard
         self.submission_id = submission_id
         self.policy = policy
+        # One keep-alive connection for the whole provider call: through a port-forward each new
+        # connection is a new stream through the API server.
+        self._session = requests.Session()
 
     def submit(self, entrypoint: str, runtime_env: dict, metadata: dict[str, str]) -> bool:
         """Submit the job; False if a job with this submission id already exists."""
@@ -268,8 +288,48 @@ class RayJobs:
         return any(actor["state"] != "DEAD" for actor in actors)
 
     def logs(self) -> str:
-        """The driver's whole log (the Jobs REST API offers no tail)."""
+        """The driver's whole log (Jobs API), for tools that need every line (`make curve`).
+        The job's provider never calls it: it reads the tail (log_tail)."""
         return self._request("GET", f"/api/jobs/{self.submission_id}/logs").json()["logs"]
+
+    def log_tail(self, lines: int, info: dict[str, Any] | None = None) -> str:
+        """The last `lines` lines of the driver's log, read on its node, never the whole log.
+
+        The Jobs API's /logs returns the whole file; Ray's State API serves a tail
+        (ray/dashboard/modules/state/state_head.py get_logs, `lines`; the log agent seeks from
+        the end of the file, ray/dashboard/modules/log/log_agent.py), which is what
+        `ray logs job --submission-id <id> --tail N` calls (ray/util/state/api.py get_log). It
+        needs the node the driver runs on (GetLogOptions refuses a query without a node): the
+        job's `driver_node_id`, from `info` (the job's JobDetails) or asked for here.
+        """
+        info = info if info is not None else self.info()
+        node_id = (info or {}).get("driver_node_id")
+        if not node_id:
+            return ""  # not started yet: no driver, no log
+        reply = self._request("GET", "/api/v0/logs/file", ok=(200, 404, 500), params={
+            "submission_id": self.submission_id, "node_id": node_id, "lines": lines,
+        })
+        if reply.status_code != 200:
+            # A job whose driver has not written yet has no log file; say so, not an error.
+            return ""
+        return reply.text
+
+    def live_jobs(self, metadata: dict[str, str]) -> list[dict[str, Any]]:
+        """Every job not yet finished whose metadata holds all of `metadata`, this one included."""
+        jobs = self._request("GET", "/api/jobs/").json()
+        return [
+            job for job in jobs
+            if job.get("status") not in TERMINAL_STATUSES
+            and all((job.get("metadata") or {}).get(k) == v for k, v in metadata.items())
+        ]
+
+    def stop_other(self, submission_id: str) -> None:
+        """Ask Ray to stop another job of the same Ray cluster."""
+        self._request("POST", f"/api/jobs/{submission_id}/stop", ok=(200, 404))
+
+    def info_of(self, submission_id: str) -> dict[str, Any] | None:
+        reply = self._request("GET", f"/api/jobs/{submission_id}", ok=(200, 404))
+        return None if reply.status_code == 404 else reply.json()
 
     def where(self) -> str:
         return f"Ray job {self.submission_id} at {self.dashboard.describe()}"
@@ -281,7 +341,9 @@ class RayJobs:
         for attempt in range(1, self.policy.attempts + 1):
             try:
                 url = self.dashboard.address() + path
-                reply = requests.request(method, url, timeout=self.policy.timeout_s, **kwargs)
+                reply = self._session.request(
+                    method, url, timeout=self.policy.timeout_s, **kwargs
+                )
             except (requests.ConnectionError, requests.Timeout) as error:
                 last_error = error
                 if attempt < self.policy.attempts:

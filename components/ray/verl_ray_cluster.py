@@ -106,6 +106,8 @@ class VerlRayClusterArgs:
         ComputeDomain's IMEX channel.
     operator: default GKE_ADDON; HELM installs the pinned namespace-scoped KubeRay operator.
     image: default `pins.VERL_IMAGES[profile.arch]`; a tag or digest, never a floating tag.
+    tracker_secret: a Secret of env vars for every Ray container (`envFrom`, optional so a pod
+        never waits on it); default: none.
     pod_prerequisites: what must exist before Ray pods can run (the GPU pool, the network
         objects, the NCCL installer). Only the RayCluster waits for them: the operator and the
         NetworkPolicy are installed while the GPU nodes are still being created.
@@ -123,6 +125,9 @@ class VerlRayClusterArgs:
     compute_domain_claim_template: pulumi.Input[str] | None = None
     operator: RayOperator = RayOperator.GKE_ADDON
     image: str | None = None
+    # A Secret whose keys become env vars of the head and the workers (the trackers' keys,
+    # components/ray/trackers.py); default: none.
+    tracker_secret: pulumi.Input[str] | None = None
     pod_prerequisites: Sequence[pulumi.Resource] = ()
 
     def __post_init__(self) -> None:
@@ -269,6 +274,14 @@ def render_ray_cluster(args: VerlRayClusterArgs) -> dict[str, Any]:
     }
 
 
+def _env_from(args: VerlRayClusterArgs) -> dict[str, Any]:
+    """The trackers' Secret as env vars: the raylet, and every Ray worker it starts (the
+    trainer's TaskRunner included), inherit the container's env."""
+    if args.tracker_secret is None:
+        return {}
+    return {"envFrom": [{"secretRef": {"name": args.tracker_secret, "optional": True}}]}
+
+
 def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
     start_params = {"dashboard-host": "0.0.0.0"}
     if args.head_on_gpu_node:
@@ -283,6 +296,7 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
             {"name": "ray-logs", "mountPath": "/tmp/ray"},
             {"name": BUCKET_VOLUME, "mountPath": DATA_MOUNT},
         ],
+        **_env_from(args),
     }
     patterns = log_shipper.JOB_LOG_PATTERNS
     if args.without_addon:
@@ -324,6 +338,7 @@ def _worker_group(args: VerlRayClusterArgs) -> dict[str, Any]:
             {"name": "ray-tmp-storage", "mountPath": "/tmp"},
             {"name": BUCKET_VOLUME, "mountPath": DATA_MOUNT},
         ],
+        **_env_from(args),
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": args.service_account,

@@ -120,6 +120,17 @@ class StackConfig(BaseModel):
         description="Bucket for model, data and checkpoints; default `<clusterName>-<project>`.",
     )
     hf_token: SecretStr | None = Field(None, description="Hugging Face token (secret).")
+    wandb_api_key: SecretStr | None = Field(
+        None, description="Weights & Biases API key (secret); required by job.logger wandb."
+    )
+    mlflow_tracking_uri: SecretStr | None = Field(
+        None,
+        description="MLflow tracking server URI (secret: it may carry credentials); required "
+        "by job.logger mlflow.",
+    )
+    mlflow_tracking_token: SecretStr | None = Field(
+        None, description="MLflow tracking token (secret), if the server wants one."
+    )
     network: str | None = Field(
         None,
         pattern=_NAME,
@@ -214,6 +225,14 @@ class StackConfig(BaseModel):
         return self.job.model_copy(update={"model_path": model_path(self.staging.model_id)})
 
     @property
+    def model_revision(self) -> str | None:
+        """The revision of the job's model if it is the staged one (part of the run's identity);
+        None for a model path of the user's own, whose revision the program cannot know."""
+        if self.run.model_path == model_path(self.staging.model_id):
+            return self.staging.model_revision
+        return None
+
+    @property
     def exclusion_start(self) -> str | None:
         """The configured start in GKE's format, or None: the cluster picks its creation day."""
         start = self.maintenance_exclusion_start
@@ -239,7 +258,7 @@ OBJECT_KEYS = ("job", "staging", "labels")
 
 # Pulumi.yaml's defaults for keys whose real default is derived: they mean "not set".
 UNSET = {"gpuNodes": "0"}
-_SECRET_KEYS = ("hfToken",)
+_SECRET_KEYS = ("hfToken", "wandbApiKey", "mlflowTrackingUri", "mlflowTrackingToken")
 
 
 def load(
@@ -346,10 +365,16 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
     key = "gcp:project" if top == "project" else f"{NAMESPACE}:{'.'.join(path)}"
     if error["type"] == "missing":
         return f"{key} is required: set it with `pulumi config set {key} <value>`"
-    shown = "[secret]" if top == "hfToken" else quoted(error.get("input"))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "value_error" and message.startswith(f"{key}="):
+        return message  # the model's own validator already names the key, value and fix
+    shown = "[secret]" if top in _SECRET_KEYS else quoted(error.get("input"))
     fix = _FIXES.get(top, "see its description in Pulumi.yaml")
+    if top in OBJECT_KEYS:
+        # Objects are not declared in Pulumi.yaml (its schema has no object type).
+        fix = f"see the {NAMESPACE}:{top} table in README.md"
     if top in OBJECT_KEYS and error["type"] == "extra_forbidden":
-        fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in Pulumi.yaml"
+        fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in README.md"
     return f"{key} = {shown} is invalid ({error['msg']}): {fix}"
 
 
@@ -381,6 +406,7 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             f"huggingface.co/settings/tokens), or set {NAMESPACE}:staging.skip to true for a "
             "bucket you filled yourself"
         )
+    problems += tracker_problems(config)
     if not nodes_problem:  # the run's checks divide by the GPU count
         problems += run_problems(config.run, config.hardware, config.nodes)
     problems += staging_problems(config.staging)
@@ -388,6 +414,36 @@ def cross_field_problems(config: StackConfig) -> list[str]:
     return problems
 
 
+# Each tracker of job.logger and the secret key it cannot work without, with where to get it.
+_TRACKER_KEYS = {
+    "wandb": ("wandbApiKey", "wandb_api_key", "an API key from wandb.ai/authorize"),
+    "mlflow": ("mlflowTrackingUri", "mlflow_tracking_uri", "your tracking server's URI"),
+}
+
+
+def tracker_problems(config: StackConfig) -> list[str]:
+    """A logger without its credentials fails in verl's Tracking at the first step, hours in;
+    here it is refused before anything is created."""
+    problems = []
+    for logger, (key, field, what) in _TRACKER_KEYS.items():
+        if logger in config.job.loggers and getattr(config, field) is None:
+            problems.append(
+                f"{NAMESPACE}:job.logger includes {logger}, but {NAMESPACE}:{key} is not set: "
+                f"run `pulumi config set --secret {NAMESPACE}:{key} <value>` ({what}), or "
+                f"remove {logger} from {NAMESPACE}:job.logger"
+            )
+    return problems
+
+
+def tracker_env(config: StackConfig) -> dict[str, str]:
+    """The trackers' credentials as the env vars their clients read (wandb: WANDB_API_KEY;
+    mlflow: MLFLOW_TRACKING_URI, MLFLOW_TRACKING_TOKEN), plain values for a secret Output."""
+    values = {
+        "WANDB_API_KEY": config.wandb_api_key,
+        "MLFLOW_TRACKING_URI": config.mlflow_tracking_uri,
+        "MLFLOW_TRACKING_TOKEN": config.mlflow_tracking_token,
+    }
+    return {name: value.get_secret_value() for name, value in values.items() if value}
 def _placement_problems(config: StackConfig) -> list[str]:
     problems = []
     zone_region = config.zone.rsplit("-", 1)[0]

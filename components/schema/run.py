@@ -5,8 +5,16 @@ Pulumi. `components/ray/grpo_job.py` turns the result into a submitted Ray job.
 
 What it does: fills every setting the user leaves unset with the tutorial's value for the target
 (TUTORIAL.md, "GrpoJob"), rejects before anything is submitted what verl would reject hours later
-on the GPUs, always checkpoints to the bucket with `resume_mode=auto` (ANCHORS defect 6), and
-builds the Ray runtime env as data (ANCHORS defects 1 and 2).
+on the GPUs, gives every run its own checkpoint directory on the bucket and always resumes from it
+(`resume_mode=auto`, ANCHORS defect 6), and builds the Ray runtime env as data (ANCHORS defects 1
+and 2).
+
+A run is identified by everything that shapes its state (`run_identity`): the model and its
+revision, the world size, the strategy and parallelism, the algorithm, optimiser, batch and data
+settings, and any extra override not known to be harmless. Its directory is
+`/data/checkpoints/<runName>-<N>gpu-<12 hex of that identity>`: the same identity resumes, a
+different one starts clean. Keys that only extend, observe or tune the execution of a run
+(`CONTINUATION_FIELDS`) keep its directory.
 What it does not do: stage the model, data or verl source (model staging owns that), or
 validate Hydra keys it does not model (`extraOverrides` is passed through as written).
 
@@ -17,6 +25,8 @@ here; the tutorial's VERL_REF ddbcdb7 is not in it. Each check below names the f
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import re
 import shlex
 from typing import Literal
@@ -25,13 +35,40 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target
-from components.facts.layout import CHECKPOINT_DIR, CHECKPOINT_SUBPATH, DATA_MOUNT, HF_HOME, VERL_DIR
+from components.facts.layout import (
+    CHECKPOINT_ROOT,
+    CHECKPOINT_STEP_DIR,
+    CHECKPOINT_SUBPATH,
+    CHECKPOINT_TRACKER,
+    DATA_MOUNT,
+    HF_HOME,
+    VERL_DIR,
+)
+from components.messages import quoted
+from components.schema.hydra_overrides import PROTECTED_KEYS, override_problems, override_text
 
 CONFIG_KEY = "verl-gke:job"
-# The bucket is mounted at /data in every Ray pod (GcsFuseStorage); the tutorial's checkpoint
-# dir, so `gs://<bucket>/verl/checkpoints` holds the checkpoints.
+# The bucket is mounted at /data in every Ray pod (GcsFuseStorage); each run checkpoints to its
+# own directory under CHECKPOINT_ROOT, `gs://<bucket>/checkpoints/<run>`.
+_RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+# `<runName>-<N>gpu-<12 hex>`, optionally `/global_step_<n>`: what resumeFrom accepts.
+_RUN_DIR = re.compile(r"^(?P<dir>[a-z0-9][-a-z0-9]*-(?P<gpus>[0-9]+)gpu-[0-9a-f]{12})"
+                      r"(?:/(?P<step>global_step_[0-9]+))?$")
 
 OverrideValue = str | int | float | bool
+
+# The trackers of verl's Tracking (verl/utils/tracking.py) this program configures: wandb and
+# mlflow get their credentials from a Kubernetes Secret in the Ray pods' env, tensorboard writes
+# to the run's directory (TENSORBOARD_DIR). verl's others (swanlab, clearml, ...) would need
+# credentials the program does not deliver, so they are refused rather than failing on the GPUs.
+SUPPORTED_LOGGERS = ("console", "wandb", "mlflow", "tensorboard")
+TENSORBOARD_SUBDIR = "tensorboard"
+
+
+def parse_loggers(value: str) -> list[str]:
+    """`console` or `[console,wandb]` (Hydra's list syntax, as trainer.logger takes it)."""
+    return [name.strip().strip("'\"") for name in value.strip().strip("[]").split(",")
+            if name.strip()]
 
 
 class WaitFor(str, enum.Enum):
@@ -116,7 +153,10 @@ class GrpoRunConfig(BaseModel):
     )
     kl_coef: float = Field(0.001, ge=0, description="algorithm.kl_ctrl.kl_coef.")
     logger: str = Field(
-        "console", description="trainer.logger, e.g. console or [console,wandb]."
+        "console",
+        description="trainer.logger: console, wandb, mlflow, tensorboard, or a list such as "
+        "[console,wandb]. wandb needs verl-gke:wandbApiKey, mlflow verl-gke:mlflowTrackingUri "
+        "(both secret); tensorboard writes to the run's directory on the bucket.",
     )
     val_before_train: bool | None = Field(
         None,
@@ -156,6 +196,71 @@ class GrpoRunConfig(BaseModel):
         description="Ray dashboard URL to use (a tunnel, IAP, or another Ray cluster). "
         "default: a port-forward to the head Service for the duration of each call.",
     )
+    run_name: str = Field(
+        "grpo",
+        description="Readable prefix of the run's checkpoint directory "
+        "(`<runName>-<N>gpu-<digest>`); lowercase letters, digits and '-', at most 40.",
+    )
+    resume_from: str | None = Field(
+        None,
+        description="Continue from another run's checkpoint: its directory name as in the "
+        "`job.checkpointUri` output (`grpo-16gpu-0123456789ab`), optionally "
+        "`/global_step_<n>`; default: its latest. Refused when its GPU count differs.",
+    )
+    skip_cluster_check: bool = Field(
+        False,
+        description="Skip the ClusterCheck (GPU inventory, all-reduce bus bandwidth, /data read "
+        "throughput) that runs before the job.",
+    )
+    export_model: bool = Field(
+        True,
+        description="After the run SUCCEEDS, merge its last checkpoint into a Hugging Face "
+        "model under the run's directory (`<run>/huggingface`, the job.modelUri output) with "
+        "verl's model merger.",
+    )
+    max_retries: int = Field(
+        0, ge=0, le=100,
+        description="While `pulumi up` follows the job (waitFor running or succeeded), resubmit "
+        "a job that fails up to this many times, each resuming from its checkpoints "
+        "(KubeRay RayJob's backoffLimit). default: 0.",
+    )
+
+    @field_validator("logger")
+    @classmethod
+    def _known_loggers(cls, value: str) -> str:
+        unknown = [name for name in parse_loggers(value) if name not in SUPPORTED_LOGGERS]
+        if unknown or not parse_loggers(value):
+            raise ValueError(
+                f"{CONFIG_KEY}.logger={quoted(value)} names {', '.join(unknown) or 'no logger'}:"
+                f" use {', '.join(SUPPORTED_LOGGERS)}, or a list such as [console,wandb]"
+            )
+        return value
+
+    @property
+    def loggers(self) -> list[str]:
+        return parse_loggers(self.logger)
+
+    @field_validator("run_name")
+    @classmethod
+    def _run_name(cls, value: str) -> str:
+        if not _RUN_NAME.match(value):
+            raise ValueError(
+                f"{CONFIG_KEY}.runName={quoted(value)} is not a run name: use lowercase "
+                "letters, digits and '-', at most 40, starting and ending with a letter or "
+                "digit, e.g. qwen32b-gsm8k"
+            )
+        return value
+
+    @field_validator("resume_from")
+    @classmethod
+    def _resume_from(cls, value: str | None) -> str | None:
+        if value is not None and not _RUN_DIR.match(value):
+            raise ValueError(
+                f"{CONFIG_KEY}.resumeFrom={quoted(value)} is not a run directory: use the last "
+                "part of another run's job.checkpointUri output, e.g. grpo-16gpu-0123456789ab, "
+                "optionally followed by /global_step_<n>"
+            )
+        return value
 
     @field_validator("dashboard_address")
     @classmethod
@@ -229,15 +334,76 @@ _HYDRA_KEYS: dict[str, str] = {
     "test_freq": "trainer.test_freq",
     "total_epochs": "trainer.total_epochs",
 }
-# Always set by the program, never by extraOverrides: they decide whether a restarted run
-# resumes from the bucket (ANCHORS defect 6). Refusing them is clearer than letting a stray
-# override silently turn resuming off.
-_CHECKPOINT_KEYS = ("trainer.default_local_dir", "trainer.resume_mode")
 _OVERRIDE_KEY = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+
+# Settings that extend, observe or only tune the execution of a run: changing one keeps the run
+# (its checkpoint directory), so the job restarts and resumes where it was. Everything else of
+# GrpoRunConfig shapes the run's state and starts a new one, including any field added later.
+# - extend: more epochs;
+# - observe: checkpoint and validation cadence, loggers, validation data;
+# - execution: micro batches and rollout memory split the same batch differently over the same
+#   GPUs (the usual fix after an OOM), which does not change what is learned;
+# - how the job is followed and named.
+CONTINUATION_FIELDS = frozenset({
+    "total_epochs",
+    "save_freq", "test_freq", "logger", "val_before_train", "val_files",
+    "ppo_micro_batch_size_per_gpu", "rollout_log_prob_micro_batch_size_per_gpu",
+    "ref_log_prob_micro_batch_size_per_gpu", "gpu_memory_utilization",
+    "metadata", "wait_for", "timeout_minutes", "dashboard_address", "run_name", "max_retries",
+    "export_model", "skip_cluster_check",
+})
+# Extra overrides of the same kinds; every other extra override is part of the run's identity.
+CONTINUATION_OVERRIDES = frozenset({
+    "trainer.total_training_steps", "trainer.project_name", "trainer.experiment_name",
+    "trainer.log_val_generations", "trainer.max_actor_ckpt_to_keep",
+    "trainer.rollout_data_dir", "trainer.validation_data_dir",
+})
+# With resumeFrom, the entrypoint decides at run time (the bucket is only visible there) whether
+# the run resumes from its own checkpoints or starts from the other run's: these shell variables
+# carry the decision into the two overrides.
+_RESUME_MODE_VAR, _RESUME_PATH_VAR = "VERL_GKE_RESUME_MODE", "VERL_GKE_RESUME_PATH"
+
+
+def world_size(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> int:
+    resolved = resolve(run, profile, nodes)
+    return resolved.nnodes * resolved.n_gpus_per_node
+
+
+def run_identity(
+    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
+) -> dict:
+    """Everything that shapes the run's state; the same identity resumes the same checkpoints.
+
+    Values are the resolved ones, so spelling out a default does not start a new run. The world
+    size stands for nnodes and nGpusPerNode: verl's FSDP shards are named by rank and world size
+    (`model_world_size_<N>_rank_<r>.pt`), so any other split of the same GPU count loads them.
+    """
+    resolved = resolve(run, profile, nodes)
+    identity = resolved.model_dump(
+        mode="json",
+        exclude={*CONTINUATION_FIELDS, "extra_overrides", "nnodes", "n_gpus_per_node"},
+    )
+    identity["adv_estimator"] = "grpo"
+    identity["world_size"] = resolved.nnodes * resolved.n_gpus_per_node
+    identity["model_revision"] = model_revision
+    identity["extra_overrides"] = {
+        key: value for key, value in sorted(run.extra_overrides.items())
+        if key.lstrip("+~") not in CONTINUATION_OVERRIDES
+    }
+    return identity
+
+
+def run_dir_name(
+    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
+) -> str:
+    """`<runName>-<N>gpu-<12 hex of the identity>`: readable, and unique per identity."""
+    identity = run_identity(run, profile, nodes, model_revision)
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{run.run_name}-{identity['world_size']}gpu-{digest}"
 
 
 def hydra_overrides(
-    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, checkpoint_dir: str = CHECKPOINT_DIR
+    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
 ) -> dict[str, str]:
     """main_ppo's overrides: the tutorial's, in its order, then checkpointing, then extras."""
     resolved = resolve(run, profile, nodes)
@@ -247,9 +413,19 @@ def hydra_overrides(
         for field, hydra_key in _HYDRA_KEYS.items()
         if values[field] is not None
     }
-    overrides["trainer.default_local_dir"] = checkpoint_dir
-    overrides["trainer.resume_mode"] = "auto"
+    overrides.update(_checkpoint_overrides(run, profile, nodes, model_revision))
     overrides.update({key: _hydra_value(value) for key, value in run.extra_overrides.items()})
+    return overrides
+
+
+def _checkpoint_overrides(
+    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None
+) -> dict[str, str]:
+    own = f"{CHECKPOINT_ROOT}/{run_dir_name(run, profile, nodes, model_revision)}"
+    overrides = {"trainer.default_local_dir": own, "trainer.resume_mode": "auto"}
+    if run.resume_from is not None:
+        overrides["trainer.resume_mode"] = f"${_RESUME_MODE_VAR}"
+        overrides["trainer.resume_from_path"] = f"${_RESUME_PATH_VAR}"
     return overrides
 
 
@@ -259,13 +435,46 @@ def _hydra_value(value: OverrideValue) -> str:
 
 
 def entrypoint(
-    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, checkpoint_dir: str = CHECKPOINT_DIR
+    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
 ) -> str:
     """The exact shell command Ray runs on the head: the tutorial's, each argument quoted."""
-    overrides = hydra_overrides(run, profile, nodes, checkpoint_dir)
-    arguments = " ".join(shlex.quote(f"{key}={value}") for key, value in overrides.items())
+    overrides = hydra_overrides(run, profile, nodes, model_revision)
+    arguments = " ".join(_shell_argument(key, value) for key, value in overrides.items())
+    prelude = ""
+    if run.resume_from is not None:
+        prelude = _resume_choice(overrides["trainer.default_local_dir"], run.resume_from) + " && "
     return (
-        f"cd {VERL_DIR} && PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo {arguments}"
+        f"cd {VERL_DIR} && {prelude}PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo "
+        f"{arguments}"
+    )
+
+
+def _shell_argument(key: str, value: str) -> str:
+    if value in (f"${_RESUME_MODE_VAR}", f"${_RESUME_PATH_VAR}"):
+        return f'"{key}={value}"'  # expanded by the shell; the values are plain paths and words
+    return shlex.quote(override_text(key, value))
+
+
+def _resume_choice(own_dir: str, resume_from: str) -> str:
+    """Shell that resumes from the run's own checkpoints once it has any, else from another's.
+
+    verl's resume_mode=resume_path loads resume_from_path, which must name a global_step_<n>
+    directory, on every start (verl/trainer/ppo/ray_trainer.py _load_checkpoint); deciding per
+    start keeps a restarted run from going back to the other run's step.
+    """
+    match = _RUN_DIR.match(resume_from)
+    source = f"{CHECKPOINT_ROOT}/{match.group('dir')}"
+    if match.group("step"):
+        path = f"{source}/{match.group('step')}"
+        find = f"[ -d {path} ] && {_RESUME_PATH_VAR}={path}"
+    else:
+        step = CHECKPOINT_STEP_DIR.format(f"$(cat {source}/{CHECKPOINT_TRACKER})")
+        find = f"{_RESUME_PATH_VAR}={source}/{step}"
+        path = source
+    missing = f'{{ echo "verl-gke: no checkpoint to resume from at {path}" >&2; exit 1; }}'
+    return (
+        f"if [ -f {own_dir}/{CHECKPOINT_TRACKER} ]; then {_RESUME_MODE_VAR}=auto "
+        f"{_RESUME_PATH_VAR}=null; else {_RESUME_MODE_VAR}=resume_path; {find} || {missing}; fi"
     )
 
 
@@ -294,7 +503,9 @@ _DRANET_NCCL_ENV = {
 _VERL_ENV = {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
 
-def runtime_env(profile: HardwareProfile, nodes: int) -> dict:
+def runtime_env(
+    profile: HardwareProfile, nodes: int, tensorboard_dir: str | None = None
+) -> dict:
     """The Ray runtime env of the job: env vars only.
 
     No `working_dir`, `py_modules` or `pip`: verl is already on the bucket (PYTHONPATH) and in
@@ -318,11 +529,48 @@ def runtime_env(profile: HardwareProfile, nodes: int) -> dict:
         env["GPUS_PER_WORKER"] = str(profile.gpus_per_node)
     else:
         env.update(_DRANET_NCCL_ENV)
+    if tensorboard_dir:
+        # verl's TensorBoard adapter writes where this says (verl/utils/tracking.py
+        # _TensorboardAdapter); default: a relative path under the working dir, /data/verl.
+        env["TENSORBOARD_DIR"] = tensorboard_dir
     return {"env_vars": env}
 
 
+def tensorboard_dir(run: GrpoRunConfig, run_dir: str) -> str | None:
+    """The run's TensorBoard directory on the bucket, when the run logs to TensorBoard."""
+    if "tensorboard" not in run.loggers:
+        return None
+    return f"{CHECKPOINT_ROOT}/{run_dir}/{TENSORBOARD_SUBDIR}"
+
+
+# Where the exported Hugging Face model goes, inside the run's directory.
+EXPORT_SUBDIR = "huggingface"
+# verl's FSDP checkpoint merger (verl/model_merger/__main__.py: `python -m verl.model_merger
+# merge --backend fsdp --local_dir <...>/global_step_<n>/actor --target_dir <dir>`).
+MODEL_MERGER = "python3 -m verl.model_merger"
+
+
+def export_command(
+    run_dir: str, merger: str = MODEL_MERGER, root: str = CHECKPOINT_ROOT, workdir: str = VERL_DIR
+) -> str:
+    """The shell command that merges the run's last checkpoint into `<run>/huggingface`.
+
+    The step comes from verl's tracker file; the merger writes to a scratch directory that is
+    renamed into place only when complete (a rename on the bucket's hierarchical namespace), so
+    `<run>/huggingface` is either the previous export or a whole new one, never half of one.
+    """
+    own = f"{root}/{run_dir}"
+    target, scratch = f"{own}/{EXPORT_SUBDIR}", f"{own}/{EXPORT_SUBDIR}.partial"
+    step = f"$(cat {own}/{CHECKPOINT_TRACKER})"
+    actor = f"{own}/{CHECKPOINT_STEP_DIR.format(step)}/actor"
+    return (
+        f"cd {workdir} && rm -rf {scratch} && PYTHONUNBUFFERED=1 {merger} merge --backend fsdp "
+        f"--local_dir {actor} --target_dir {scratch} && rm -rf {target} && mv {scratch} {target}"
+    )
+
+
 def checkpoint_uri(bucket_url: str) -> str:
-    """Where the checkpoints land in the bucket, e.g. gs://bucket/verl/checkpoints."""
+    """Where every run's checkpoint directory lives in the bucket: gs://bucket/checkpoints."""
     return f"{bucket_url.rstrip('/')}/{CHECKPOINT_SUBPATH}"
 
 
@@ -332,7 +580,8 @@ def run_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> li
     return [
         *_hardware_problems(resolved, profile, nodes),
         *_batch_problems(resolved),
-        *_override_problems(run.extra_overrides),
+        *_resume_problems(run, profile, nodes),
+        *_override_problems(run, profile, nodes),
     ]
 
 
@@ -411,26 +660,46 @@ def _batch_problems(run: GrpoRunConfig) -> list[str]:
     return problems
 
 
-def _override_problems(extra: dict[str, OverrideValue]) -> list[str]:
+def _resume_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
+    if run.resume_from is None:
+        return []
+    saved_by = int(_RUN_DIR.match(run.resume_from).group("gpus"))
+    gpus = world_size(run, profile, nodes)
+    if saved_by == gpus:
+        return []
+    return [
+        f"{_key('resume_from')}={quoted(run.resume_from)} was saved by {saved_by} GPUs, but "
+        f"this run has {gpus} (nnodes x nGpusPerNode): verl's FSDP shards are per rank and "
+        f"cannot be loaded by another world size. Run it on {saved_by} GPUs "
+        f"(verl-gke:gpuNodes, {_key('nnodes')}), or remove {_key('resume_from')} to start clean"
+    ]
+
+
+def _override_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
     typed = {hydra_key: field for field, hydra_key in _HYDRA_KEYS.items()}
     problems = []
-    for key in extra:
-        where = f"{_key('extra_overrides')}[{key!r}]"
+    checked = {}
+    for key, value in run.extra_overrides.items():
+        where = f"{_key('extra_overrides')}[{quoted(key)}]"
+        bare = key.lstrip("+~")
         if not _OVERRIDE_KEY.match(key):
             problems.append(
                 f"{where} is not a Hydra key: use dotted names such as "
                 "actor_rollout_ref.actor.entropy_coeff (optionally prefixed +, ++ or ~)"
             )
-        elif key.lstrip("+~") in _CHECKPOINT_KEYS:
-            problems.append(
-                f"{where} is set by the program so that a restarted run resumes from "
-                f"{CHECKPOINT_DIR} on the bucket: remove it"
-            )
-        elif key.lstrip("+~") in typed:
-            field = typed[key.lstrip("+~")]
+        elif bare in typed:
+            field = typed[bare]
             hint = (
                 "algorithm.adv_estimator is always grpo" if field == "adv_estimator"
                 else f"set {_key(field)} instead"
             )
             problems.append(f"{where} duplicates a typed setting: {hint}")
-    return problems
+        else:
+            checked[key] = value
+    # Every other override is parsed and merged with Hydra itself; the program's checkpoint keys
+    # come before the extras on the command line, as they do here.
+    program = {
+        key: value for key, value in _checkpoint_overrides(run, profile, nodes, None).items()
+        if key in PROTECTED_KEYS
+    }
+    return problems + override_problems(checked, program, _key("extra_overrides"))

@@ -1,0 +1,150 @@
+"""The ClusterCheck's measurements, run as a Ray job driver on the head. Prints one result line.
+
+    python3 cluster_check_script.py --backend nccl --nodes 2 --gpus-per-node 8 \
+        --read-path /data/Qwen2.5-32B-Instruct
+
+1. inventory: on every node with GPUs, a task holding all of them reports torch's device count
+   and names (gloo: the nodes' GPU resources only, no CUDA);
+2. all-reduce: one Ray actor per rank (nccl: one per GPU, all GPUs of the cluster; gloo: --ranks
+   CPU ranks), torch.distributed over `--backend`, a --size-mb float32 tensor all-reduced
+   --iters times after two warm-ups; bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n);
+3. read: sequential 16 MiB reads of up to --read-mb of the files under --read-path, largest
+   first (the model's shards), MB/s.
+
+It judges nothing: the provider compares the numbers with the target's floors. Standard
+library, ray and torch only (all in the verl image); shipped inline in the job's entrypoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import time
+
+import ray
+
+RESULT_PREFIX = "VERL_GKE_CLUSTER_CHECK "
+_CHUNK = 16 * 2**20
+
+
+@ray.remote
+class Rank:
+    """One rank of the all-reduce."""
+
+    def address(self) -> tuple[str, int]:
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def all_reduce(self, backend: str, master: tuple[str, int], rank: int, world: int,
+                   size_mb: int, iters: int) -> dict:
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group(
+            backend, init_method=f"tcp://{master[0]}:{master[1]}", rank=rank, world_size=world,
+            timeout=datetime.timedelta(minutes=5),
+        )
+        cuda = backend == "nccl"
+        device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+        tensor = torch.ones(size_mb * 2**20 // 4, dtype=torch.float32, device=device)
+
+        def step() -> None:
+            dist.all_reduce(tensor)
+            if cuda:
+                torch.cuda.synchronize()
+
+        for _ in range(2):
+            step()
+        started = time.perf_counter()
+        for _ in range(iters):
+            step()
+        seconds = (time.perf_counter() - started) / iters
+        dist.destroy_process_group()
+        algbw = tensor.numel() * 4 / seconds / 1e9
+        return {"algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world - 1) / world,
+                "seconds": seconds, "bytes": tensor.numel() * 4}
+
+
+@ray.remote
+def _devices() -> dict:
+    import torch
+
+    count = torch.cuda.device_count()
+    return {"gpus": count, "names": [torch.cuda.get_device_name(i) for i in range(count)]}
+
+
+def inventory(backend: str, gpus_per_node: int) -> list[dict]:
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    found = []
+    for node in nodes:
+        gpus = int(node["Resources"].get("GPU", 0))
+        entry = {"node": node["NodeManagerAddress"], "gpus": gpus, "names": []}
+        if backend == "nccl" and gpus:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            entry.update(ray.get(_devices.options(
+                num_gpus=gpus, scheduling_strategy=strategy).remote()))
+        if gpus or backend == "gloo":
+            found.append(entry)
+    return found
+
+
+def all_reduce(backend: str, world: int, size_mb: int, iters: int) -> dict:
+    options = {"num_gpus": 1} if backend == "nccl" else {"num_cpus": 0.1}
+    ranks = [Rank.options(**options).remote() for _ in range(world)]
+    master = ray.get(ranks[0].address.remote())
+    results = ray.get([
+        rank.all_reduce.remote(backend, master, i, world, size_mb, iters)
+        for i, rank in enumerate(ranks)
+    ])
+    slowest = min(results, key=lambda r: r["busbw_gbs"])
+    return {**slowest, "world_size": world}
+
+
+def read_throughput(path: str, limit_mb: int) -> dict:
+    files = sorted(
+        (os.path.join(root, name) for root, _, names in os.walk(path) for name in names),
+        key=os.path.getsize, reverse=True,
+    )
+    budget, done = limit_mb * 2**20, 0
+    started = time.perf_counter()
+    for name in files:
+        with open(name, "rb", buffering=0) as file:
+            while done < budget and (chunk := file.read(_CHUNK)):
+                done += len(chunk)
+        if done >= budget:
+            break
+    seconds = time.perf_counter() - started
+    return {"path": path, "bytes": done, "mbps": done / 2**20 / seconds if seconds else 0.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--gpus-per-node", type=int, required=True)
+    parser.add_argument("--ranks", type=int, default=0, help="gloo: CPU ranks (default 2)")
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--read-path", required=True)
+    parser.add_argument("--read-mb", type=int, default=4096)
+    args = parser.parse_args()
+    ray.init(address="auto", log_to_driver=False)
+    world = args.nodes * args.gpus_per_node if args.backend == "nccl" else (args.ranks or 2)
+    result = {
+        "backend": args.backend,
+        "inventory": inventory(args.backend, args.gpus_per_node),
+        "allReduce": all_reduce(args.backend, world, args.size_mb, args.iters),
+        "read": read_throughput(args.read_path, args.read_mb),
+    }
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

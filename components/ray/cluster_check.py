@@ -1,0 +1,305 @@
+"""ClusterCheck: validate the GPUs, the RDMA fabric and the bucket before spending GPU hours.
+
+Runs after the RayCluster is ready and before the GrpoJob, as a Ray job on the same cluster and
+through the same machinery as the job's provider (ray_access: port-forward or a configured
+address, timeouts, retries, progress). The job is components/ray/checks/cluster_check_script.py,
+shipped inline in its entrypoint; it measures, and the provider judges against the target's
+floors (components/facts/expectations.py):
+- every GPU node sees the target's GPU count and type;
+- an all-reduce across every GPU of every node (NCCL, over the RDMA NICs) reaches the target's
+  minimum bus bandwidth;
+- reading the model files from /data reaches MIN_READ_MBPS.
+The numbers are outputs. A failure stops `pulumi up` before the GrpoJob, with the measured
+numbers and the likely cause. The check runs once per cluster shape: it is replaced (and run
+again) only when what it checks changes, and the GrpoJob's `checked` input follows its id, so a
+re-check stops the training job first (both need every GPU) and the job resumes after it.
+`verl-gke:job.skipClusterCheck` leaves it out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pulumi
+import pulumi.dynamic as dynamic
+
+from components.facts.expectations import EXPECTATIONS, MIN_READ_MBPS
+from components.facts.hardware import HardwareProfile
+from components.facts.layout import DASHBOARD_PORT
+from components.options import child_options
+from components.ray.grpo_job import Progress, access_inputs, poll, slug
+from components.ray.ray_access import (
+    TERMINAL_STATUSES,
+    RayAccessError,
+    RayClusterGone,
+    RayJobs,
+    RayUnreachable,
+    RequestPolicy,
+    open_dashboard,
+)
+
+SCRIPT = Path(__file__).parent / "checks" / "cluster_check_script.py"
+# The script's result line starts with this (its RESULT_PREFIX). Not imported from it: the
+# script imports ray, which would add a second to every `pulumi preview`.
+RESULT_PREFIX = "VERL_GKE_CLUSTER_CHECK "
+PROVIDER_VERSION = "1"
+# Inputs that define a check: any change runs it again (a new job under a new id).
+_REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected")
+_OUTPUT_KEYS = ("status", "inventory", "bus_bandwidth_gbs", "read_mbps", "world_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterCheckArgs:
+    profile: HardwareProfile
+    nodes: int  # GPU worker nodes of the RayCluster
+    model_path: str  # the staged model on /data, read for the throughput check
+    runtime_env: dict  # the training job's runtime env (NCCL plugin and tuning)
+    namespace: str
+    head_service: pulumi.Input[str]
+    kubeconfig: pulumi.Input[str] | None = None
+    dashboard_address: str | None = None
+    dashboard_port: int = DASHBOARD_PORT
+    timeout_minutes: int = 20
+    # For a CPU-only Ray (tests): torch.distributed's gloo backend with this many CPU ranks, and
+    # expectations of zero GPUs. Never set in a stack.
+    gloo_ranks: int = 0
+    expected_overrides: dict = dataclasses.field(default_factory=dict)
+
+
+class ClusterCheck(pulumi.ComponentResource):
+    """The check's outputs: what it measured (it fails `pulumi up` when below the floors)."""
+
+    check_id: pulumi.Output[str]
+    status: pulumi.Output[str]
+    bus_bandwidth_gbs: pulumi.Output[float]
+    read_mbps: pulumi.Output[float]
+    inventory: pulumi.Output[list]
+
+    def __init__(
+        self, name: str, args: ClusterCheckArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("verl-gke:index:ClusterCheck", name, None, opts)
+        inputs = check_inputs(name, args)
+        run = _ClusterCheckRun(
+            f"{name}-run", inputs,
+            child_options(self, opts, additional_secret_outputs=["access"]),
+        )
+        self.check_id = run.id
+        self.status = run.status
+        self.bus_bandwidth_gbs = run.bus_bandwidth_gbs
+        self.read_mbps = run.read_mbps
+        self.inventory = run.inventory
+        self.register_outputs({
+            "checkId": self.check_id, "status": self.status,
+            "busBandwidthGbs": self.bus_bandwidth_gbs, "readMbps": self.read_mbps,
+            "inventory": self.inventory,
+        })
+
+
+def expected(args: ClusterCheckArgs) -> dict[str, Any]:
+    """What the cluster must measure: the target's floors, for the cluster's shape."""
+    target = EXPECTATIONS[args.profile.target]
+    values = {
+        "target": args.profile.target.value,
+        "nodes": args.nodes,
+        "gpus_per_node": args.profile.gpus_per_node,
+        "gpu_name": target.gpu_name,
+        "min_busbw_gbs": target.min_busbw_gbs,
+        "min_read_mbps": MIN_READ_MBPS,
+    }
+    return {**values, **args.expected_overrides}
+
+
+def check_command(args: ClusterCheckArgs, python: str = "python3") -> str:
+    """`python3 -c <the script> <its arguments>`: nothing to upload, nothing to stage."""
+    want = expected(args)
+    backend = ["--backend", "gloo", "--ranks", str(args.gloo_ranks)] if args.gloo_ranks else []
+    arguments = [
+        *backend, "--nodes", str(want["nodes"]), "--gpus-per-node", str(want["gpus_per_node"]),
+        "--read-path", args.model_path,
+    ]
+    if args.gloo_ranks:
+        arguments += ["--size-mb", "8", "--iters", "3", "--read-mb", "64"]
+    return " ".join([python, "-c", shlex.quote(SCRIPT.read_text()), *map(shlex.quote, arguments)])
+
+
+def check_inputs(name: str, args: ClusterCheckArgs) -> dict[str, Any]:
+    command = check_command(args)
+    want = expected(args)
+    digest = hashlib.sha256(json.dumps(
+        {"entrypoint": command, "env": args.runtime_env, "expected": want}, sort_keys=True
+    ).encode()).hexdigest()[:12]
+    access = access_inputs(args.dashboard_address, args.kubeconfig, args.namespace,
+                         args.head_service, args.dashboard_port)
+    return {
+        "submission_id": "-".join(["verl-gke", slug(pulumi.get_stack()), slug(name), digest]),
+        "entrypoint": command,
+        "runtime_env": args.runtime_env,
+        "expected": want,
+        "metadata": {"verl-gke-stack": pulumi.get_stack(), "verl-gke-resource": name},
+        "timeout_s": args.timeout_minutes * 60,
+        "access": access,
+        "version": PROVIDER_VERSION,
+        **dict.fromkeys(_OUTPUT_KEYS),
+    }
+
+
+class _ClusterCheckRun(dynamic.Resource, module="verl-gke", name="ClusterCheckRun"):
+    status: pulumi.Output[str]
+    inventory: pulumi.Output[list]
+    bus_bandwidth_gbs: pulumi.Output[float]
+    read_mbps: pulumi.Output[float]
+    world_size: pulumi.Output[int]
+
+    def __init__(self, name: str, inputs: dict[str, Any], opts: pulumi.ResourceOptions) -> None:
+        super().__init__(ClusterCheckProvider(), name, inputs, opts)
+
+
+class ClusterCheckProvider(dynamic.ResourceProvider):
+    """Runs the check once per shape; refresh and unchanged `up`s never run it again."""
+
+    def __init__(
+        self, policy: RequestPolicy = RequestPolicy(), say: Callable[[str], None] | None = None
+    ) -> None:
+        self.policy = policy
+        self.say = say
+
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        with open_dashboard(props["access"], self.policy) as dashboard:
+            jobs = RayJobs(dashboard, props["submission_id"], self.policy)
+            progress = Progress(jobs, self.policy, self.say or pulumi.log.info)
+            info = _run(jobs, props, progress)
+            measured = _result(jobs, info)
+        problems = judge(measured, props["expected"])
+        if problems:
+            raise RayAccessError(
+                f"the cluster check ({jobs.submission_id}) failed before any GPU hour was "
+                "spent on training:\n- " + "\n- ".join(problems) + "\nFix the cause and run "
+                "`pulumi up` again (the check runs again), or set "
+                "verl-gke:job.skipClusterCheck to true to train anyway"
+            )
+        progress.say("cluster check passed: " + summary(measured))
+        return dynamic.CreateResult(props["submission_id"], {**props, **outputs(measured)})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        changed = [k for k in (*_REPLACE_KEYS, "access", "timeout_s", "metadata", "version")
+                   if olds.get(k) != news.get(k)]
+        return dynamic.DiffResult(
+            changes=bool(changed), replaces=[k for k in changed if k in _REPLACE_KEYS],
+            delete_before_replace=True,
+        )
+
+    def update(self, _id: str, _olds: dict, news: dict[str, Any]) -> dynamic.UpdateResult:
+        return dynamic.UpdateResult({**_olds, **{k: news[k] for k in news if k not in _OUTPUT_KEYS}})
+
+    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
+        return dynamic.ReadResult(id_, props)  # a past measurement: nothing to refresh
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        """Stop a check still running (it holds every GPU); a finished one is history."""
+        try:
+            with open_dashboard(props["access"], self.policy) as dashboard:
+                jobs = RayJobs(dashboard, id_, self.policy)
+                info = jobs.info()
+                if info is not None and info["status"] not in TERMINAL_STATUSES:
+                    jobs.stop()
+                    poll(jobs, TERMINAL_STATUSES,
+                          time.monotonic() + self.policy.stop_timeout_s, self.policy)
+        except RayClusterGone:
+            pass
+        except RayUnreachable as error:
+            raise RayAccessError(
+                f"{error}. Could not make sure the cluster check {id_} has stopped; make the "
+                "dashboard reachable and run the command again"
+            ) from error
+
+
+def _run(jobs: RayJobs, props: dict[str, Any], progress: Progress) -> dict:
+    """Submit (or adopt, or resubmit a finished attempt of) the check and wait for its end."""
+    if not jobs.submit(props["entrypoint"], props["runtime_env"], props["metadata"]):
+        info = jobs.info() or {}
+        if info.get("status") in ("FAILED", "STOPPED", "SUCCEEDED"):
+            jobs.delete()  # a check is a measurement: an earlier attempt's numbers are stale
+            jobs.submit(props["entrypoint"], props["runtime_env"], props["metadata"])
+    progress.say("cluster check submitted")
+    info = poll(jobs, TERMINAL_STATUSES, time.monotonic() + props["timeout_s"], jobs.policy,
+                 progress.seen)
+    if info["status"] != "SUCCEEDED":
+        tail = jobs.log_tail(30, info)
+        raise RayAccessError(
+            f"the cluster check {jobs.where()} ended {info['status']} ({info.get('message')}) "
+            f"before it measured anything. Last log lines:\n{tail}\nA hang or crash here "
+            "usually means a GPU or NCCL problem (NCCL INFO lines above); fix it and run "
+            "`pulumi up` again, or set verl-gke:job.skipClusterCheck to true"
+        )
+    return info
+
+
+def _result(jobs: RayJobs, info: dict) -> dict[str, Any]:
+    for line in reversed(jobs.log_tail(50, info).splitlines()):
+        if RESULT_PREFIX in line:
+            return json.loads(line.split(RESULT_PREFIX, 1)[1])
+    raise RayAccessError(f"{jobs.where()} SUCCEEDED without printing its result line")
+
+
+def outputs(measured: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": "PASSED",
+        "inventory": measured["inventory"],
+        "bus_bandwidth_gbs": round(measured["allReduce"]["busbw_gbs"], 3),
+        "read_mbps": round(measured["read"]["mbps"], 1),
+        "world_size": measured["allReduce"]["world_size"],
+    }
+
+
+def summary(measured: dict[str, Any]) -> str:
+    gpus = sum(node["gpus"] for node in measured["inventory"])
+    return (
+        f"{len(measured['inventory'])} nodes, {gpus} GPUs; all-reduce bus bandwidth "
+        f"{measured['allReduce']['busbw_gbs']:.1f} GB/s over {measured['allReduce']['world_size']}"
+        f" ranks; read {measured['read']['mbps']:.0f} MB/s from {measured['read']['path']}"
+    )
+
+
+def judge(measured: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """Every way the measurement falls short of the target, with the likely cause."""
+    problems = []
+    nodes = measured["inventory"]
+    if len(nodes) != want["nodes"]:
+        problems.append(
+            f"{len(nodes)} GPU nodes in the Ray cluster, expected {want['nodes']}: a worker pod "
+            "is not running (Pending on capacity, or crash-looping); `kubectl get pods -l "
+            "ray.io/node-type=worker`"
+        )
+    for node in nodes:
+        wrong = [name for name in node["names"] if want["gpu_name"] not in name]
+        if node["gpus"] != want["gpus_per_node"] or wrong:
+            problems.append(
+                f"node {node['node']} sees {node['gpus']} GPUs {sorted(set(node['names']))}, "
+                f"expected {want['gpus_per_node']} x {want['gpu_name'] or 'none'}: a GPU fell "
+                "off the bus or the device plugin is unhealthy; `kubectl describe node` on it, "
+                "and replace the node if a GPU is missing"
+            )
+    busbw = measured["allReduce"]["busbw_gbs"]
+    if busbw < want["min_busbw_gbs"]:
+        problems.append(
+            f"all-reduce bus bandwidth {busbw:.2f} GB/s over {measured['allReduce']['world_size']}"
+            f" ranks is below the {want['target']} floor of {want['min_busbw_gbs']:g} GB/s: NCCL "
+            "is most likely not using the RDMA NICs (gIB plugin not loaded: NCCL_NET_PLUGIN; "
+            "RDMA networks not attached to the worker pods; NCCL falling back to TCP). Look for "
+            "'NET/gIB' or 'NET/Socket' in the check job's NCCL INFO lines"
+        )
+    read = measured["read"]["mbps"]
+    if read < want["min_read_mbps"]:
+        problems.append(
+            f"reading {measured['read']['path']} ran at {read:.0f} MB/s, below "
+            f"{want['min_read_mbps']:g} MB/s: the gcsfuse sidecar is likely throttled (its CPU "
+            "and memory annotations) or the bucket is in another region than the nodes"
+        )
+    return problems

@@ -1,0 +1,99 @@
+"""ClusterCheck on a real local Ray: the same script with torch.distributed's gloo backend on CPU
+ranks instead of NCCL on GPUs, the same submission, parsing, judging and failure messages."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+
+import pytest
+
+from components.facts.hardware import profile
+from components.ray import cluster_check
+from components.ray.cluster_check import ClusterCheckArgs, ClusterCheckProvider, judge
+from components.ray.ray_access import RayAccessError, RequestPolicy
+
+pytest.importorskip("torch", reason="the gloo variant of the check needs torch (requirements-dev)")
+
+POLICY = RequestPolicy(timeout_s=10, attempts=2, backoff_s=0.1, poll_min_s=0.1, poll_max_s=0.5,
+                       stop_timeout_s=30, progress_every_s=5)
+# A CPU-only Ray has no GPU: the check is told to expect none, and floors a laptop meets.
+CPU_FLOORS = {"nodes": 1, "gpus_per_node": 0, "gpu_name": "", "min_busbw_gbs": 0.001,
+              "min_read_mbps": 1.0}
+
+
+def props(address: str, model_dir, floors: dict) -> dict:
+    """The provider's inputs, as check_inputs builds them, for the local Ray."""
+    args = ClusterCheckArgs(
+        profile=profile("a4"), nodes=1, model_path=str(model_dir), runtime_env={"env_vars": {}},
+        namespace="verl", head_service="unused", dashboard_address=address, gloo_ranks=2,
+        expected_overrides=floors,
+    )
+    return {
+        "submission_id": f"check-{uuid.uuid4().hex[:10]}",
+        "entrypoint": cluster_check.check_command(args, python=sys.executable),
+        "runtime_env": {"env_vars": {}},
+        "expected": cluster_check.expected(args),
+        "metadata": {"verl-gke-stack": "test", "verl-gke-resource": "cluster-check"},
+        "timeout_s": 120,
+        "access": {"address": address},
+        "version": cluster_check.PROVIDER_VERSION,
+    }
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A stand-in for the staged model: two shards, 40 MB in all."""
+    directory = tmp_path_factory.mktemp("model")
+    for name, size in (("model-00001.safetensors", 24), ("model-00002.safetensors", 16)):
+        (directory / name).write_bytes(b"\0" * size * 2**20)
+    return directory
+
+
+def test_a_healthy_cluster_passes_and_its_numbers_are_outputs(ray_head, model_dir):
+    """All-reduce over 2 gloo ranks, inventory and read throughput measured and reported."""
+    said = []
+    created = ClusterCheckProvider(POLICY, say=said.append).create(
+        props(ray_head.dashboard_url, model_dir, CPU_FLOORS)
+    )
+    outs = created.outs
+    assert outs["status"] == "PASSED" and outs["world_size"] == 2
+    assert outs["bus_bandwidth_gbs"] > 0 and outs["read_mbps"] > 0
+    assert [node["gpus"] for node in outs["inventory"]] == [0]
+    assert any("cluster check passed" in line and "GB/s" in line for line in said)
+
+
+def test_a_cluster_below_its_floors_fails_with_the_numbers_and_the_cause(ray_head, model_dir):
+    """Floors no CPU can reach (and GPUs that are not there): every shortfall is reported with
+    the measured value and the likely cause, and nothing else is created."""
+    floors = {**CPU_FLOORS, "target": "a4", "gpus_per_node": 8, "gpu_name": "B200",
+              "min_busbw_gbs": 1e6, "min_read_mbps": 1e9}
+    with pytest.raises(RayAccessError) as failure:
+        ClusterCheckProvider(POLICY, say=lambda _: None).create(
+            props(ray_head.dashboard_url, model_dir, floors)
+        )
+    message = str(failure.value)
+    assert "sees 0 GPUs [], expected 8 x B200" in message
+    assert "below the a4 floor of 1e+06 GB/s" in message and "RDMA NICs" in message
+    assert "MB/s, below 1e+09 MB/s" in message and "gcsfuse sidecar" in message
+    assert "verl-gke:job.skipClusterCheck" in message
+
+
+def test_judge_names_a_missing_node_and_a_wrong_gpu():
+    """Pure judging: one node short, one GPU of the wrong type."""
+    measured = {
+        "inventory": [{"node": "10.0.0.5", "gpus": 8, "names": ["NVIDIA H100 80GB HBM3"] * 8}],
+        "allReduce": {"busbw_gbs": 40.0, "world_size": 8},
+        "read": {"path": "/data/m", "mbps": 900.0},
+    }
+    want = {"target": "a3u", "nodes": 2, "gpus_per_node": 8, "gpu_name": "H200",
+            "min_busbw_gbs": 25.0, "min_read_mbps": 200.0}
+    problems = judge(measured, want)
+    assert problems[0].startswith("1 GPU nodes in the Ray cluster, expected 2")
+    assert "node 10.0.0.5 sees 8 GPUs ['NVIDIA H100 80GB HBM3'], expected 8 x H200" in problems[1]
+    assert len(problems) == 2
+
+
+def test_the_provider_reads_the_result_line_the_script_prints():
+    """The prefix is kept in two places (the program must not import ray); they agree."""
+    assert f'RESULT_PREFIX = "{cluster_check.RESULT_PREFIX}"' in cluster_check.SCRIPT.read_text()
