@@ -225,6 +225,7 @@ ray = VerlRayCluster(
         namespace=cfg.namespace,
         service_account=storage.service_account,
         pvc_name=storage.pvc_name,
+        bucket_name=storage.mount_bucket_name,
         rdma_networks=networks.pod_networks if networks else (),
         # A4X puts the head on a GB200 node (arm64-only image); Autopilot picks its own node.
         head_node_selector=None if dranet or cfg.autopilot else system_nodes,

@@ -55,7 +55,7 @@ def test_registers_the_run_under_the_component_with_the_exact_entrypoint():
     assert recording.outputs["submission_id"] == inputs["submission_id"]
     run_dir = grpo_run.run_dir_name(GrpoRunConfig(), profile("a3u"), 2)
     assert recording.outputs["checkpoint_uri"] == f"gs://bucket/checkpoints/{run_dir}"
-    assert f"trainer.default_local_dir=/data/checkpoints/{run_dir} " in expected
+    assert f"trainer.default_local_dir=/checkpoint-bucket/checkpoints/{run_dir} " in expected
 
 
 def test_kubeconfig_stays_secret_in_the_registered_inputs():

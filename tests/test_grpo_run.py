@@ -75,7 +75,7 @@ def test_defaults_are_the_tutorials_overrides_plus_the_runs_own_checkpoints(targ
     overrides = overrides_for(target)
     own = overrides.pop("trainer.default_local_dir")
     gpus = int(expected["trainer.nnodes"]) * int(expected["trainer.n_gpus_per_node"])
-    assert re.fullmatch(rf"/data/checkpoints/grpo-{gpus}gpu-[0-9a-f]{{12}}", own)
+    assert re.fullmatch(rf"/checkpoint-bucket/checkpoints/grpo-{gpus}gpu-[0-9a-f]{{12}}", own)
     assert overrides == {**expected, "trainer.resume_mode": "auto"}
 
 

@@ -202,6 +202,7 @@ def test_raycluster_wired_from_the_driver_claims_what_the_driver_creates():
                 namespace="verl",
                 service_account="verl-ray",
                 pvc_name="training-bucket-pvc",
+                bucket_name="verl-a4-example-project",
                 rdma_claim_template=driver.rdma_claim_template,
                 compute_domain_claim_template=driver.compute_domain_claim_template,
                 operator=RayOperator.HELM,

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from components.facts import pins
-from components.storage.gcs_fuse_storage import mount_options
+from components.facts.layout import CHECKPOINT_MOUNT
+from components.storage.gcs_fuse_storage import MountUse, mount_options
 from components.facts.hardware import Arch, profile
 from tests import k8s_schemas
 from tests.conftest import rendered
@@ -285,11 +286,51 @@ def test_storage_matches_the_tutorial(stack):
     assert ("ServiceAccount", "verl-ray") in objects
 
 
-def test_arm64_mounts_drop_kernel_read_ahead_only():
-    """A4X (64 KiB pages) drops read_ahead_kb, gcsfuse's known issue; all else is the tutorial's."""
-    amd64, arm64 = mount_options(Arch.AMD64), mount_options(Arch.ARM64)
-    assert "read_ahead_kb=1024" in amd64 and len(amd64) == 11
+@pytest.mark.parametrize("use", list(MountUse))
+def test_arm64_mounts_drop_kernel_read_ahead_only(use):
+    """A4X (64 KiB pages) drops read_ahead_kb, gcsfuse's known issue, from every use's options."""
+    amd64, arm64 = mount_options(Arch.AMD64, use), mount_options(Arch.ARM64, use)
+    assert "read_ahead_kb=1024" in amd64
     assert [o for o in amd64 if o != "read_ahead_kb=1024"] == arm64
+
+
+def test_each_use_of_the_bucket_gets_its_own_options():
+    """Model reads: file cache, parallel downloads, no write tuning. Checkpoints: the same
+    reads (a resume reads every shard once) plus streaming writes. Staging: the tutorial's set.
+    Every use expires metadata at once (a re-staged model, checkpoints written by another node)
+    and keeps no negative entries."""
+    model = mount_options(Arch.AMD64, MountUse.MODEL)
+    checkpoints = mount_options(Arch.AMD64, MountUse.CHECKPOINTS)
+    assert "file-cache:enable-parallel-downloads:true" in model
+    assert not any(o.startswith("write:") for o in model)
+    assert "write:enable-streaming-writes:true" in checkpoints
+    assert set(model) < set(checkpoints)
+    for use in MountUse:
+        options = mount_options(Arch.AMD64, use)
+        assert "metadata-cache:ttl-secs:0" in options and "metadata-cache:negative-ttl-secs:0" in options
+        assert not any(o.startswith("profile") for o in options)  # the CSI driver refuses it
+
+
+@pytest.mark.parametrize(("stack", "mode"), [("a4", "standard"), ("a4", "autopilot"), ("a4x", "standard")])
+def test_ray_pods_write_checkpoints_through_their_own_mount(stack, mode):
+    """Head and workers mount the bucket twice: /data with the model options (the PV), and the
+    checkpoint mount with streaming writes, where the run's checkpoint directory is."""
+    _, recording = rendered(stack, mode)
+    ray = recording.one("kubernetes:ray.io/v1:RayCluster").plain_inputs["spec"]
+    arch = profile(stack).arch
+    groups = [ray["headGroupSpec"], *ray["workerGroupSpecs"]]
+    for group in groups:
+        pod = group["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+        checkpoints = volumes[mounts[CHECKPOINT_MOUNT]]["csi"]["volumeAttributes"]
+        assert checkpoints["bucketName"] == f"verl-{stack}-example-project"
+        assert checkpoints["mountOptions"] == ",".join(mount_options(arch, MountUse.CHECKPOINTS))
+        assert "persistentVolumeClaim" in volumes[mounts["/data"]]
+    worker_volumes = {v["name"] for v in ray["workerGroupSpecs"][0]["template"]["spec"]["volumes"]}
+    assert "gke-gcsfuse-cache" in worker_volumes  # the file cache on the node's local SSDs
+    entrypoint = recording.one(GRPO_RUN).plain_inputs["entrypoint"]
+    assert f"trainer.default_local_dir={CHECKPOINT_MOUNT}/checkpoints/" in entrypoint
 
 
 def test_destroy_keeps_the_bucket_unless_asked():
@@ -436,7 +477,7 @@ def test_job_in_the_plan_runs_the_targets_overrides(stack, expected):
     assert expected.items() <= overrides.items()
     assert overrides["actor_rollout_ref.model.path"] == "/data/Qwen2.5-32B-Instruct"
     # The run's own directory, outside the staged source tree (/data/verl).
-    assert re.fullmatch(r"/data/checkpoints/grpo-\d+gpu-[0-9a-f]{12}",
+    assert re.fullmatch(r"/checkpoint-bucket/checkpoints/grpo-\d+gpu-[0-9a-f]{12}",
                         overrides["trainer.default_local_dir"])
     assert overrides["trainer.resume_mode"] == "auto"
     assert int(overrides["trainer.save_freq"]) > 0

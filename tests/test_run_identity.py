@@ -13,6 +13,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from components.facts.hardware import profile
+from components.facts.layout import CHECKPOINT_MOUNT
 from components.schema.hydra_overrides import PROTECTED_KEYS, override_text
 from components.schema.run import (
     CONTINUATION_FIELDS,
@@ -111,7 +112,7 @@ def _resume_command(tmp_path, run: GrpoRunConfig) -> str:
     """The entrypoint's resume decision, run by a real shell against a fake /data layout."""
     command = entrypoint(run, A4, 2)
     shell, python = command.split(" && PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo ")
-    shell = shell.removeprefix("cd /data/verl && ").replace("/data/", f"{tmp_path}/")
+    shell = shell.removeprefix("cd /data/verl && ").replace(f"{CHECKPOINT_MOUNT}/", f"{tmp_path}/")
     wanted = [a for a in shlex.split(python) if a.startswith("trainer.resume")]
     script = f"{shell} && printf '%s\\n' {' '.join(shlex.quote(a) for a in wanted)}"
     script = script.replace("'trainer.resume_mode=$VERL_GKE_RESUME_MODE'", '"trainer.resume_mode=$VERL_GKE_RESUME_MODE"')

@@ -62,7 +62,7 @@ def test_tensorboard_writes_into_the_runs_directory():
     run = GrpoRunConfig(logger="[console,tensorboard]")
     run_dir = run_dir_name(run, hw, 2)
     env = runtime_env(hw, 2, tensorboard_dir(run, run_dir))["env_vars"]
-    assert env["TENSORBOARD_DIR"] == f"/data/checkpoints/{run_dir}/tensorboard"
+    assert env["TENSORBOARD_DIR"] == f"/checkpoint-bucket/checkpoints/{run_dir}/tensorboard"
     assert tensorboard_dir(GrpoRunConfig(), run_dir) is None
 
 

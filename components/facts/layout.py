@@ -13,8 +13,12 @@ HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
 # Every run's checkpoints, one directory per run (`<runName>-<N>gpu-<digest>`, see
 # components/schema/run.py). Outside VERL_DIR, so re-staging verl's source never touches them;
 # `gs://<bucket>/checkpoints/<run>` holds one run.
+# The Ray pods mount the bucket a second time here, with GCS FUSE options for checkpoint writes
+# (components/storage/gcs_fuse_storage.py MountUse.CHECKPOINTS); /data keeps the options for
+# reading the model. The same objects either way: gs://<bucket>/checkpoints/<run>.
+CHECKPOINT_MOUNT = "/checkpoint-bucket"
 CHECKPOINT_SUBPATH = "checkpoints"
-CHECKPOINT_ROOT = f"{DATA_MOUNT}/{CHECKPOINT_SUBPATH}"
+CHECKPOINT_ROOT = f"{CHECKPOINT_MOUNT}/{CHECKPOINT_SUBPATH}"
 # Where the tutorial (and this program before runs had their own directories) checkpointed,
 # inside the staged source tree; staging still keeps it so that no old checkpoint is lost.
 LEGACY_CHECKPOINT_DIR = f"{VERL_DIR}/checkpoints"

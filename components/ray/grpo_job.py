@@ -47,7 +47,7 @@ import pulumi.dynamic as dynamic
 from pulumi.runtime import rpc
 
 from components.facts.hardware import HardwareProfile
-from components.facts.layout import CHECKPOINT_ROOT, DASHBOARD_PORT
+from components.facts.layout import DASHBOARD_PORT
 from components.options import child_options
 from components.ray.ray_access import (
     TERMINAL_STATUSES,

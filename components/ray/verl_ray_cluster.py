@@ -39,9 +39,10 @@ from components.facts import pins
 from components.schema.choices import ClusterMode
 from components.facts.hardware import Arch, HardwareProfile, NodeNetworking, PodShape, Target
 from components.cluster.helm import pinned_release
-from components.facts.layout import DASHBOARD_PORT, DATA_MOUNT
+from components.facts.layout import CHECKPOINT_MOUNT, DASHBOARD_PORT, DATA_MOUNT
 from components.observability import log_shipper
 from components.options import child_options
+from components.storage.gcs_fuse_storage import CSI_DRIVER, MountUse, inline_attributes
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001}
 # Ray's Prometheus endpoint on every Ray pod (KubeRay's default `metrics-export-port`).
@@ -72,6 +73,7 @@ GIB_HOST_PATH = "/home/kubernetes/bin/gib"
 NVIDIA_LIB64 = "/usr/local/nvidia/lib64"
 
 BUCKET_VOLUME = "training-bucket-vol"
+CHECKPOINT_VOLUME = "checkpoint-bucket-vol"
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"
 
 
@@ -94,7 +96,10 @@ class VerlRayClusterArgs:
     nodes: GPU nodes = worker replicas (min = max = replicas: no autoscaling), 1..max_nodes.
     namespace: namespace of the RayCluster, its pods and the NetworkPolicy.
     service_account: Kubernetes service account of every Ray pod (workload identity).
-    pvc_name: the GCS FUSE claim mounted at /data.
+    pvc_name: the GCS FUSE claim mounted at /data (options for reading the model).
+    bucket_name: the same bucket, mounted again at CHECKPOINT_MOUNT with options for writing
+        checkpoints, in the head (the driver writes the tracker, the export writes the merged
+        model) and in every worker (each rank writes its shards).
     rdma_networks: Network object names in NIC order (`RdmaNetworks.pod_networks`:
         gVNIC first, then one per RDMA NIC) on A4 / A3 Ultra; empty on A4X.
     head_node_selector: where the head runs on Standard A4 / A3 Ultra (the CPU system pool,
@@ -119,6 +124,7 @@ class VerlRayClusterArgs:
     namespace: str
     service_account: pulumi.Input[str]
     pvc_name: pulumi.Input[str]
+    bucket_name: pulumi.Input[str]
     rdma_networks: Sequence[str] = ()
     head_node_selector: Mapping[str, pulumi.Input[str]] | None = None
     rdma_claim_template: pulumi.Input[str] | None = None
@@ -295,6 +301,7 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "ray-logs", "mountPath": "/tmp/ray"},
             {"name": BUCKET_VOLUME, "mountPath": DATA_MOUNT},
+            {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT},
         ],
         **_env_from(args),
     }
@@ -308,7 +315,11 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
             log_shipper.shipper_container(args.image_ref, "ray-logs", "/tmp/ray", patterns)
         ],
         "containers": [_with_post_start(container, args.profile.arch)],
-        "volumes": [{"name": "ray-logs", "emptyDir": {}}, _bucket_volume(args)],
+        "volumes": [
+            {"name": "ray-logs", "emptyDir": {}},
+            _bucket_volume(args),
+            _checkpoint_volume(args),
+        ],
     }
     tolerations = _tolerations(args.profile) if args.head_on_gpu_node else []
     if tolerations:
@@ -337,6 +348,7 @@ def _worker_group(args: VerlRayClusterArgs) -> dict[str, Any]:
             {"name": "shared-memory", "mountPath": "/dev/shm"},
             {"name": "ray-tmp-storage", "mountPath": "/tmp"},
             {"name": BUCKET_VOLUME, "mountPath": DATA_MOUNT},
+            {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT},
         ],
         **_env_from(args),
     }
@@ -352,6 +364,10 @@ def _worker_group(args: VerlRayClusterArgs) -> dict[str, Any]:
             {"name": "shared-memory", "emptyDir": {"medium": "Memory", "sizeLimit": hw.shm_size}},
             {"name": "ray-tmp-storage", "emptyDir": {}},
             _bucket_volume(args),
+            _checkpoint_volume(args),
+            # GCS FUSE's file cache, on the node's ephemeral storage: the local SSDs of these
+            # machines (GKE: a volume named gke-gcsfuse-cache holds the sidecar's file cache).
+            {"name": "gke-gcsfuse-cache", "emptyDir": {}},
         ],
     }
     if args.without_addon:
@@ -390,6 +406,11 @@ def _resources(shape: PodShape, gpus: int | None = None) -> dict[str, Any]:
 
 def _bucket_volume(args: VerlRayClusterArgs) -> dict[str, Any]:
     return {"name": BUCKET_VOLUME, "persistentVolumeClaim": {"claimName": args.pvc_name}}
+
+
+def _checkpoint_volume(args: VerlRayClusterArgs) -> dict[str, Any]:
+    attributes = inline_attributes(args.bucket_name, args.profile.arch, MountUse.CHECKPOINTS)
+    return {"name": CHECKPOINT_VOLUME, "csi": {"driver": CSI_DRIVER, "volumeAttributes": attributes}}
 
 
 def _with_post_start(container: dict[str, Any], arch: Arch) -> dict[str, Any]:

@@ -12,7 +12,7 @@ and 2).
 A run is identified by everything that shapes its state (`run_identity`): the model and its
 revision, the world size, the strategy and parallelism, the algorithm, optimiser, batch and data
 settings, and any extra override not known to be harmless. Its directory is
-`/data/checkpoints/<runName>-<N>gpu-<12 hex of that identity>`: the same identity resumes, a
+`/checkpoint-bucket/checkpoints/<runName>-<N>gpu-<12 hex of that identity>`: the same identity resumes, a
 different one starts clean. Keys that only extend, observe or tune the execution of a run
 (`CONTINUATION_FIELDS`) keep its directory.
 What it does not do: stage the model, data or verl source (model staging owns that), or

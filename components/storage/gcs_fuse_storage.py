@@ -12,6 +12,7 @@ through an inline volume of the same bucket: `inline_volume`).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -26,34 +27,69 @@ from components.options import child_options
 PV_NAME = "training-bucket-pv"
 CAPACITY = "768Gi"  # nominal: GCS has no size, but PV and PVC must agree on one
 
-# The tutorial's gcsfuse options: caches without expiry (the bucket is written only by this
-# cluster), an unlimited file cache with parallel downloads for the 66 GB model, streaming writes
-# for checkpoints.
-_MOUNT_OPTIONS = [
+class MountUse(str, enum.Enum):
+    """What a mount of the bucket is for; each gets its own GCS FUSE options."""
+
+    # /data in the Ray pods: the model (66 GB read by every GPU at start), verl's source, GSM8K.
+    MODEL = "model"
+    # The checkpoint mount of the Ray pods: large sequential writes, read back on resume.
+    CHECKPOINTS = "checkpoints"
+    # The staging Job: bulk writes of the model, GSM8K and verl's source, renamed into place.
+    STAGING = "staging"
+
+
+# Options every use shares (GCS FUSE's GKE samples, samples/gke-csi-yaml/gpu/*-pv.yaml):
+# implicit directories; no negative cache, so a file another node creates is seen at once;
+# unbounded stat and type caches. The samples' `metadata-cache:ttl-secs:-1` is not taken: a
+# re-staged model replaces files under the same path while the Ray pods keep their mounts,
+# and checkpoints are written by one node and read by another, so entries expire at once
+# (`ttl-secs:0`, the tutorial's choice) and every open sees the current object.
+_COMMON = [
     "implicit-dirs",
     "metadata-cache:negative-ttl-secs:0",
     "metadata-cache:ttl-secs:0",
     "metadata-cache:stat-cache-max-size-mb:-1",
     "metadata-cache:type-cache-max-size-mb:-1",
+]
+# Reading whole large files, many times (the serving sample): an unbounded file cache, which
+# the GPU nodes keep on their local-SSD ephemeral storage, filled by parallel downloads; whole
+# files cached even when read in ranges (safetensors are); kernel read-ahead raised.
+_READ_LARGE_FILES = [
     "file-cache:max-size-mb:-1",
     "file-cache:cache-file-for-range-read:true",
     "file-cache:enable-parallel-downloads:true",
     "read_ahead_kb=1024",
-    "write:enable-streaming-writes:true",
-    "write:global-max-blocks:200000",
 ]
+# Writing large files sequentially (the checkpointing sample): streaming writes upload while
+# the file is written instead of staging it whole on local disk first, with the tutorial's
+# larger block budget for sixteen ranks writing shards at once.
+_STREAM_WRITES = ["write:enable-streaming-writes:true", "write:global-max-blocks:200000"]
+
+_OPTIONS: dict[MountUse, list[str]] = {
+    MountUse.MODEL: _COMMON + _READ_LARGE_FILES,
+    MountUse.CHECKPOINTS: _COMMON + _READ_LARGE_FILES + _STREAM_WRITES,
+    # The tutorial's options: staging writes and renames; hf_transfer writes out of order, which
+    # GCS FUSE stages on local disk whatever the option (streaming writes need sequential ones).
+    MountUse.STAGING: _COMMON + _READ_LARGE_FILES + _STREAM_WRITES,
+}
 
 
-def mount_options(arch: Arch) -> list[str]:
-    """The tutorial's options, minus kernel read-ahead on arm64.
+def mount_options(arch: Arch, use: MountUse = MountUse.MODEL) -> list[str]:
+    """The options of one use, minus kernel read-ahead on arm64.
 
     gcsfuse known issue: with a raised read_ahead_kb on 64 KiB-page kernels, which A4X (arm64)
     nodes run, reads return premature EOF or wrong data up to gcsfuse v3.7.1
     (GoogleCloudPlatform/gcsfuse docs/known-issues.md).
+
+    GCS FUSE's own workload profiles (`aiml-training`, `aiml-checkpointing`, `aiml-serving`) are
+    not used: the CSI driver does not accept `profile` as a mount option, and GKE's profile
+    StorageClasses need GKE 1.35.1-gke.1616000 or newer, which the resolved version need not be.
+    The options above are those profiles' samples, spelled out.
     """
+    options = list(_OPTIONS[use])
     if arch is Arch.ARM64:
-        return [o for o in _MOUNT_OPTIONS if not o.startswith("read_ahead_kb=")]
-    return list(_MOUNT_OPTIONS)
+        return [o for o in options if not o.startswith("read_ahead_kb=")]
+    return options
 
 
 CSI_DRIVER = "gcsfuse.csi.storage.gke.io"
@@ -62,8 +98,13 @@ CSI_DRIVER = "gcsfuse.csi.storage.gke.io"
 _VOLUME_ATTRIBUTES = {"skipCSIBucketAccessCheck": "true", "gcsfuseMetadataPrefetchOnMount": "true"}
 
 
-def inline_volume(volume_name: str, bucket_name: pulumi.Input[str], arch: Arch) -> k8s.core.v1.VolumeArgs:
-    """The bucket as a CSI ephemeral volume of a pod, with the same options as the PV.
+def inline_volume(
+    volume_name: str,
+    bucket_name: pulumi.Input[str],
+    arch: Arch,
+    use: MountUse = MountUse.STAGING,
+) -> k8s.core.v1.VolumeArgs:
+    """The bucket as a CSI ephemeral volume of a pod, with the options of its use.
 
     For pods that must not wait for the claim: the claim is created after the GPU pool (see
     GcsFuseStorageArgs.claim_after), and the staging Job runs while the GPU nodes come up.
@@ -72,14 +113,20 @@ def inline_volume(volume_name: str, bucket_name: pulumi.Input[str], arch: Arch) 
     return k8s.core.v1.VolumeArgs(
         name=volume_name,
         csi=k8s.core.v1.CSIVolumeSourceArgs(
-            driver=CSI_DRIVER,
-            volume_attributes={
-                "bucketName": bucket_name,
-                "mountOptions": ",".join(mount_options(arch)),
-                **_VOLUME_ATTRIBUTES,
-            },
+            driver=CSI_DRIVER, volume_attributes=inline_attributes(bucket_name, arch, use)
         ),
     )
+
+
+def inline_attributes(
+    bucket_name: pulumi.Input[str], arch: Arch, use: MountUse
+) -> dict[str, pulumi.Input[str]]:
+    """volumeAttributes of an inline GCS FUSE volume, for a typed volume or a pod as data."""
+    return {
+        "bucketName": bucket_name,
+        "mountOptions": ",".join(mount_options(arch, use)),
+        **_VOLUME_ATTRIBUTES,
+    }
 
 
 def workload_principal(project_number: str, project: str, namespace: str, ksa: str) -> str:
@@ -251,7 +298,7 @@ class GcsFuseStorage(pulumi.ComponentResource):
                 # reach the bucket's data.
                 persistent_volume_reclaim_policy="Retain",
                 storage_class_name="gcsfuse-sc",
-                mount_options=mount_options(args.arch),
+                mount_options=mount_options(args.arch, MountUse.MODEL),
                 csi=k8s.core.v1.CSIPersistentVolumeSourceArgs(
                     driver=CSI_DRIVER,
                     volume_handle=bucket_name,
