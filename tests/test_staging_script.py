@@ -2,8 +2,8 @@
 
 Every source is a tiny local fixture the test makes: a git repository with two commits holding a
 stand-in `verl` package and `examples/data_preprocess/gsm8k.py`, a GSM8K-shaped JSON file, and a
-fake `huggingface_hub` whose `snapshot_download` copies a local "model" of the asked revision and
-logs each call. The script runs as the Job runs it: a subprocess configured by environment.
+fake `huggingface_hub` whose `HfApi.list_repo_files` and `hf_hub_download` serve a local "model"
+of the asked revision, logging each listing and the time each file took to write. The script runs as the Job runs it: a subprocess configured by environment.
 "Did no work" is proved by taking the sources away before a re-run and checking that no file
 under the data dir was rewritten (same inode, same mtime).
 """
@@ -27,6 +27,7 @@ MODEL_ID = "tiny-org/tiny-model"
 REV_A = "a" * 40
 REV_B = "b" * 40
 REV_BROKEN = "c" * 40  # its download fails halfway
+REV_SHARDED = "d" * 40  # eight weight shards, like a real checkpoint
 
 # Mimics verl's script: same flags, imports `verl` (so the staged checkout must be on the path),
 # and records which verl wrote each file.
@@ -50,28 +51,52 @@ for split in ("train", "test"):
 '''
 
 FAKE_HUB = '''
-import json, os, shutil
+import json, os, shutil, threading, time
 
-def snapshot_download(repo_id, revision, local_dir, token=None, max_workers=8):
-    with open(os.environ["FAKE_HUB_LOG"], "a") as log:
-        log.write(json.dumps({
-            "repo_id": repo_id,
-            "revision": revision,
-            "token_given": token == os.environ.get("HF_TOKEN"),
-            "hf_transfer": os.environ.get("HF_HUB_ENABLE_HF_TRANSFER"),
-        }) + "\\n")
-    source = os.path.join(os.environ["FAKE_HUB_ROOT"], repo_id, revision)
-    for name in sorted(os.listdir(source)):
-        if name == "zz-broken":
-            raise OSError("connection reset by the fake hub")
-        shutil.copyfile(os.path.join(source, name), os.path.join(local_dir, name))
-    return str(local_dir)
+_lock = threading.Lock()
+
+
+def _source(repo_id, revision):
+    return os.path.join(os.environ["FAKE_HUB_ROOT"], repo_id, revision)
+
+
+class HfApi:
+    def __init__(self, token=None):
+        self.token = token
+
+    def list_repo_files(self, repo_id, revision=None):
+        with open(os.environ["FAKE_HUB_LOG"], "a") as log:
+            log.write(json.dumps({
+                "repo_id": repo_id,
+                "revision": revision,
+                "token_given": self.token == os.environ.get("HF_TOKEN"),
+                "hf_transfer": os.environ.get("HF_HUB_ENABLE_HF_TRANSFER"),
+            }) + "\\n")
+        return sorted(os.listdir(_source(repo_id, revision)))
+
+
+def hf_hub_download(repo_id, filename, revision, local_dir, token=None):
+    """One file, written into local_dir the way the real client does, slowly if asked; the
+    time it spent writing goes to FAKE_HUB_TIMING."""
+    if token != os.environ.get("HF_TOKEN"):
+        raise PermissionError("the fake hub wants the token")
+    if filename == "zz-broken":
+        raise OSError("connection reset by the fake hub")
+    started = time.monotonic()
+    time.sleep(float(os.environ.get("FAKE_HUB_DELAY_S", "0")))
+    target = os.path.join(local_dir, filename)
+    shutil.copyfile(os.path.join(_source(repo_id, revision), filename), target)
+    ended = time.monotonic()
+    with _lock, open(os.environ["FAKE_HUB_TIMING"], "a") as log:
+        log.write(json.dumps({"file": filename, "start": started, "end": ended}) + "\\n")
+    return target
 '''
 
 MODEL_FILES = {
     REV_A: {"config.json": '{"rev": "a"}', "model.safetensors": "weights-a", "only-in-a.txt": "a"},
     REV_B: {"config.json": '{"rev": "b"}', "model.safetensors": "weights-b"},
     REV_BROKEN: {"config.json": '{"rev": "c"}', "model.safetensors": "weights-c", "zz-broken": ""},
+    REV_SHARDED: {f"model-{n:05d}-of-00008.safetensors": f"shard-{n}" for n in range(1, 9)},
 }
 
 
@@ -117,8 +142,11 @@ class World:
     def work_dir(self) -> Path:
         return self.data / ".verl-gke-staging"
 
-    def run(self, *, ref: str | None = None, revision: str = REV_A) -> subprocess.CompletedProcess:
+    def run(
+        self, *, ref: str | None = None, revision: str = REV_A, hub_delay_s: float = 0.0
+    ) -> subprocess.CompletedProcess:
         env = {
+            "FAKE_HUB_DELAY_S": str(hub_delay_s),
             "PATH": "/usr/bin:/bin",
             "HOME": str(self.root),
             "GIT_CONFIG_NOSYSTEM": "1",
@@ -126,6 +154,7 @@ class World:
             "PYTHONPATH": str(self.packages),
             "FAKE_HUB_ROOT": str(self.hub),
             "FAKE_HUB_LOG": str(self.hub_log),
+            "FAKE_HUB_TIMING": str(self.root / "hub-timing.jsonl"),
             "STAGING_VERL_REPO": str(self.repo),
             "STAGING_VERL_REF": ref or self.ref_a,
             "STAGING_VERL_DIR": str(self.data / "verl"),
@@ -227,7 +256,7 @@ def gsm8k_rows(w: World, name: str) -> list[dict]:
 
 def test_first_run_stages_verl_gsm8k_and_model(world: World) -> None:
     """A first run fills the three paths from the pinned sources and records them in the marker;
-    the model comes through snapshot_download with hf_transfer and the token; no scratch is left."""
+    the model comes from the hub with hf_transfer and the token; no scratch is left."""
     done = world.run()
 
     assert done.returncode == 0, done.stderr
@@ -363,3 +392,29 @@ def test_checkpoints_parked_by_a_run_that_died_are_restored(world: World) -> Non
     assert done.returncode == 0, done.stderr
     assert checkpoint.read_text() == "weights of step 1"
     assert not parked.exists()
+
+
+def test_model_files_are_written_several_at_once(world: World) -> None:
+    """Eight shards that each take 0.4 s at the hub are written MODEL_DOWNLOAD_WORKERS at a
+    time, never more (the sidecar's disk is sized for that many files in flight), all of them."""
+    done = world.run(revision=REV_SHARDED, hub_delay_s=0.4)
+    assert done.returncode == 0, done.stderr
+    assert model_files(world) == MODEL_FILES[REV_SHARDED]
+    timing = [json.loads(line) for line in (world.root / "hub-timing.jsonl").read_text().splitlines()]
+    assert len(timing) == 8
+    in_flight = max(sum(t["start"] <= moment < t["end"] for t in timing) for moment in (t["start"] for t in timing))
+    assert in_flight == _stage_constant("MODEL_DOWNLOAD_WORKERS") == 4
+    span = max(t["end"] for t in timing) - min(t["start"] for t in timing)
+    assert span < 8 * 0.4 / 2  # one at a time would take 3.2 s
+
+
+def _stage_constant(name: str) -> int:
+    """A module-level constant of the staging script, read without importing it."""
+    import ast
+
+    tree = ast.parse(STAGE.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{name} is not defined in {STAGE}")
+

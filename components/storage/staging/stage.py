@@ -7,7 +7,8 @@ stage and its destination exists:
 
   verl   clone the repository, check out the pinned ref, copy the tree (without .git)
   gsm8k  run verl's own examples/data_preprocess/gsm8k.py from the staged checkout
-  model  huggingface_hub.snapshot_download at the pinned revision, with hf_transfer
+  model  the repository's files at the pinned revision, MODEL_DOWNLOAD_WORKERS at a time, each
+         with hf_transfer, written through the mount straight into the bucket
 
 A step builds its result in a scratch directory under the work directory, on the same mount, and
 renames it into place only when it is complete. Its marker entry is removed before an old result
@@ -31,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
@@ -198,18 +200,33 @@ def preprocess_gsm8k(s: Settings, scratch: Path) -> None:
 
 
 def download_model(s: Settings, scratch: Path) -> None:
+    """Every file of the model at its revision, MODEL_DOWNLOAD_WORKERS files at once.
+
+    What `snapshot_download` does, with the concurrency in this script's hands: it is the one
+    knob that decides throughput (each file already comes over many connections through
+    hf_transfer) and the sidecar's disk use, so it is set and tested here. A file that fails
+    fails the step; the files already written stay in the scratch directory for the retry.
+    """
     # huggingface_hub reads this when it is imported; imported here so that a run with nothing
     # to download never needs it.
     os.environ.setdefault("HF_HUB_ENABLE_HF_TRANSFER", "1")
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import HfApi, hf_hub_download
 
-    snapshot_download(
-        repo_id=s.model_id,
-        revision=s.model_revision,
-        local_dir=scratch,
-        token=os.environ.get("HF_TOKEN") or None,
-        max_workers=MODEL_DOWNLOAD_WORKERS,
-    )
+    token = os.environ.get("HF_TOKEN") or None
+    files = HfApi(token=token).list_repo_files(s.model_id, revision=s.model_revision)
+
+    def fetch(name: str) -> None:
+        hf_hub_download(
+            repo_id=s.model_id,
+            filename=name,
+            revision=s.model_revision,
+            local_dir=scratch,
+            token=token,
+        )
+
+    with ThreadPoolExecutor(max_workers=MODEL_DOWNLOAD_WORKERS) as pool:
+        for _ in pool.map(fetch, files):  # re-raises the first failure
+            pass
 
 
 def read_marker(path: Path) -> dict[str, dict[str, str]]:
