@@ -55,7 +55,7 @@ curve: venv
 
 ## Run the whole test suite (CI calls this through .ci/run).
 test: venv node
-	$(PY) -m pytest -q -rs tests
+	$(PY) -m pytest -q -rs -n 2 --dist loadfile tests
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.
 bench: venv
