@@ -20,7 +20,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.cluster.node_identity import OAUTH_SCOPES
+from components.cluster.node_identity import OAUTH_SCOPES, node_baseline
 from components.options import child_options, fixed_name
 
 SYSTEM_POOL = "system-pool"
@@ -371,18 +371,7 @@ def _system_pool(
                 # The staging Job and the Ray head pull the ~25 GB verl image here and stage
                 # through gcsfuse's sidecar disk: the 100 GB default boot disk is too tight.
                 disk_size_gb=SYSTEM_DISK_GB,
-                service_account=args.node_service_account,
-                oauth_scopes=OAUTH_SCOPES,
-                # Image streaming needs Container-Optimized OS with containerd (GKE image-streaming
-                # requirements); stated rather than left to GKE's default image type.
-                image_type="COS_CONTAINERD",
-                resource_labels=args.labels or None,
-                gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
-                # The staging Job and the Ray head start the ~25 GB verl image here too.
-                gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
-                workload_metadata_config=(
-                    gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA")
-                ),
+                **node_baseline(args.node_service_account, args.labels),
                 labels={"verl-gke/role": "system"},
             ),
         ),

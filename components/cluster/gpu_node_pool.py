@@ -17,7 +17,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.facts.hardware import HardwareProfile, NodeNetworking
-from components.cluster.node_identity import OAUTH_SCOPES
+from components.cluster.node_identity import node_baseline
 from components.options import child_options, fixed_name
 from components.schema import names
 from components.schema.choices import Capacity
@@ -163,12 +163,7 @@ def _node_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNodeConfigArgs:
     return gcp.container.NodePoolNodeConfigArgs(
         machine_type=hw.machine_type,
         disk_type=hw.boot_disk_type,
-        service_account=args.service_account,
-        oauth_scopes=OAUTH_SCOPES,
-        # Image streaming needs Container-Optimized OS with containerd (GKE image-streaming
-        # requirements); stated rather than left to GKE's default image type.
-        image_type="COS_CONTAINERD",
-        resource_labels=args.labels or None,
+        **node_baseline(args.service_account, args.labels),
         guest_accelerators=[
             gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
                 type=hw.gpu_type,
@@ -183,9 +178,6 @@ def _node_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNodeConfigArgs:
         reservation_affinity=_reservation_affinity(args),
         spot=True if args.capacity is Capacity.SPOT else None,
         flex_start=True if args.capacity is Capacity.FLEX_START else None,
-        gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
-        # Image streaming: the ~25 GB verl image starts in seconds instead of minutes.
-        gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
         ephemeral_storage_local_ssd_config=(
             None
             if hw.ephemeral_local_ssds is None
@@ -194,9 +186,6 @@ def _node_config(args: GpuNodePoolArgs) -> gcp.container.NodePoolNodeConfigArgs:
             )
         ),
         taints=[GPU_TAINT],
-        workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
-            mode="GKE_METADATA"
-        ),
         labels=_labels(hw),
     )
 

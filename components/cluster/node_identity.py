@@ -33,6 +33,29 @@ NODE_ROLES = (
 OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 
+def node_baseline(
+    service_account: pulumi.Input[str] | None, labels: dict[str, str]
+) -> dict[str, object]:
+    """NodePoolNodeConfigArgs settings every node of the stack runs with, GPU or system.
+
+    Its identity (this account, cloud-platform scope), its Google Cloud labels, gVNIC, GKE's
+    metadata server for workload identity, and image streaming with the node image it needs
+    (Container-Optimized OS with containerd, GKE image-streaming requirements; stated rather
+    than left to GKE's default image type): every node starts the ~25 GB verl image.
+    """
+    return dict(
+        service_account=service_account,
+        oauth_scopes=OAUTH_SCOPES,
+        image_type="COS_CONTAINERD",
+        resource_labels=labels or None,
+        gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+        gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True),
+        workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(
+            mode="GKE_METADATA"
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class NodeIdentityArgs:
     project: str

@@ -19,7 +19,6 @@ re-check stops the training job first (both need every GPU) and the job resumes 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shlex
 import time
@@ -33,7 +32,7 @@ from components.facts.expectations import EXPECTATIONS, MIN_READ_MBPS
 from components.facts.hardware import HardwareProfile
 from components.facts.layout import DASHBOARD_PORT
 from components.options import child_options
-from components.ray.grpo_job import Progress, access_inputs, poll, slug
+from components.ray.grpo_job import Progress, access_inputs, deterministic_id, poll
 from components.ray.ray_access import (
     TERMINAL_STATUSES,
     RayAccessError,
@@ -132,13 +131,14 @@ def check_command(args: ClusterCheckArgs, python: str = "python3") -> str:
 def check_inputs(name: str, args: ClusterCheckArgs) -> dict[str, Any]:
     command = check_command(args)
     want = expected(args)
-    digest = hashlib.sha256(json.dumps(
-        {"entrypoint": command, "env": args.runtime_env, "expected": want}, sort_keys=True
-    ).encode()).hexdigest()[:12]
     access = access_inputs(args.dashboard_address, args.kubeconfig, args.namespace,
                          args.head_service, args.dashboard_port)
     return {
-        "submission_id": "-".join(["verl-gke", slug(pulumi.get_stack()), slug(name), digest]),
+        "submission_id": deterministic_id(
+            pulumi.get_stack(),
+            name,
+            {"entrypoint": command, "env": args.runtime_env, "expected": want},
+        ),
         "entrypoint": command,
         "runtime_env": args.runtime_env,
         "expected": want,

@@ -227,8 +227,13 @@ def _validate(args: GrpoJobArgs) -> None:
 
 def submission_id(stack: str, name: str, command: str, env: dict) -> str:
     """verl-gke-<stack>-<name>-<12 hex of the run's config>: same config, same id."""
-    config = json.dumps({"entrypoint": command, "runtime_env": env}, sort_keys=True)
-    digest = hashlib.sha256(config.encode()).hexdigest()[:12]
+    return deterministic_id(stack, name, {"entrypoint": command, "runtime_env": env})
+
+
+def deterministic_id(stack: str, name: str, config: dict[str, Any]) -> str:
+    """verl-gke-<stack>-<name>-<12 hex of `config`>: the Ray submission id of a resource, the
+    same for the same config, so a repeated `pulumi up` finds its job instead of adding one."""
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
     return "-".join(["verl-gke", slug(stack), slug(name), digest])
 
 
