@@ -7,7 +7,7 @@ STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv node plan plan-all policy diff critical-path outputs curve test bench clean
+.PHONY: venv node plan plan-all policy diff critical-path outputs curve cost test bench clean
 
 venv: $(VENV)/.installed
 
@@ -52,6 +52,11 @@ outputs: venv
 ## (or from a saved log: make curve LOG=job.log)
 curve: venv
 	$(PY) -m tools.curve $(if $(LOG),--log $(LOG),--stack $(STACK)) --out build/$(if $(LOG),curve,$(STACK))/curve.png
+
+## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table):
+## make cost [PRICES=my-prices.json]
+cost: venv
+	@$(PY) -m tools.cost $(if $(PRICES),--prices $(PRICES),)
 
 ## Run the whole test suite (CI calls this through .ci/run).
 test: venv node

@@ -89,6 +89,7 @@ gke = GkeCluster(
     GkeClusterArgs(
         project=cfg.project,
         region=cfg.region,
+        zone=cfg.zone,
         cluster_name=cfg.cluster,
         autopilot=cfg.autopilot,
         version=found.gke_version,

@@ -138,8 +138,9 @@ def test_a4x_creates_no_rdma_vpcs():
 
 @pytest.mark.parametrize("stack", ["a4", "a3u", "a4x"])
 def test_standard_cluster_matches_the_tutorial_and_cluster_toolkit(stack):
-    """Dataplane V2, workload identity, VPC-native, multi-networking, add-ons, monitoring; a
-    regional system pool of 1..5 c2-standard-16 nodes per zone, as the tutorial's flags ask."""
+    """Dataplane V2, workload identity, VPC-native, multi-networking, add-ons, monitoring; the
+    tutorial's 1..5 c2-standard-16 system nodes, as totals in the GPU zone (a regional pool
+    without node locations would count them per zone: 3..15 in a three-zone region)."""
     _, recording = rendered(stack, "standard")
     cluster = inputs_of(recording, "gcp:container/cluster:Cluster", "gke-cluster")
     assert cluster["name"] == f"verl-{stack}" and cluster["location"] == "us-central1"
@@ -159,7 +160,8 @@ def test_standard_cluster_matches_the_tutorial_and_cluster_toolkit(stack):
     assert cluster["minMasterVersion"] == "1.34.6-gke.1129000"  # REGULAR's default today
     system = inputs_of(recording, "gcp:container/nodePool:NodePool", "gke-system-pool")
     assert system["nodeConfig"]["machineType"] == "c2-standard-16"
-    assert system["autoscaling"] == {"minNodeCount": 1, "maxNodeCount": 5}
+    assert system["nodeLocations"] == ["us-central1-b"]  # the stack's GPU zone
+    assert system["autoscaling"] == {"totalMinNodeCount": 1, "totalMaxNodeCount": 5}
     assert system["initialNodeCount"] == 1
     ray_addon = cluster["addonsConfig"].get("rayOperatorConfigs")
     if stack == "a4x":

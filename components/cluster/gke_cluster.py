@@ -1,10 +1,10 @@
 """GkeCluster: the GKE control plane (Standard or Autopilot), its system pool, and a provider.
 
 Standard: Dataplane V2, workload identity, VPC-native, multi-networking, the Ray operator and
-GCS FUSE CSI add-ons, and a separately managed CPU system pool (c2-standard-16, 1..5 nodes)
-for the Ray head and the staging job. Autopilot: multi-networking and the Ray operator.
-Both get DCGM + Managed Prometheus metrics, system and workload logging, and a maintenance
-exclusion that keeps GKE from upgrading nodes under a running training job.
+GCS FUSE CSI add-ons, and a separately managed CPU system pool (c2-standard-16, 1 to 5 nodes in
+the GPU zone) for the Ray head and the staging job. Autopilot: multi-networking and the Ray
+operator. Both get DCGM + Managed Prometheus metrics, system and workload logging, and a
+maintenance exclusion that keeps GKE from upgrading nodes under a running training job.
 
 The component also builds the Kubernetes provider for everything in the cluster, from its own
 endpoint and CA, authenticating with gke-gcloud-auth-plugin, and exports the same kubeconfig as a
@@ -28,6 +28,7 @@ SYSTEM_POOL = "system-pool"
 
 EXCLUSION_START_PATH = "maintenancePolicy.maintenanceExclusions[0].startTime"
 SYSTEM_MACHINE_TYPE = "c2-standard-16"
+SYSTEM_NODES = (1, 5)  # the tutorial's autoscaling range, as totals in one zone
 SYSTEM_DISK_GB = 200
 
 # DRA driver 25.3.x (NvidiaDraDriver) still speaks resource.k8s.io/v1beta1, which GKE 1.34
@@ -44,6 +45,9 @@ DRA_BETA_APIS = [
 class GkeClusterArgs:
     project: str
     region: str
+    # The GPU zone. The system pool lives there too: the Ray head sits next to its workers, and
+    # the pool's node counts are totals, not counts per zone of the region.
+    zone: str
     cluster_name: str
     autopilot: bool
     # The version a new cluster starts at, as GKE offers it today (components/cluster/
@@ -359,9 +363,20 @@ def _system_pool(
             name=SYSTEM_POOL,
             project=args.project,
             location=args.region,
+            # Without node_locations the pool takes the cluster's, every default zone of the
+            # region, and initial/min/max counts apply per zone: the tutorial's `--num-nodes=1
+            # --min-nodes=1 --max-nodes=5` on a regional cluster is 3 to 15 nodes in a
+            # three-zone region (terraform-provider-google resource_container_node_pool.go,
+            # min_node_count: "Minimum number of nodes per zone in the node pool"). One zone,
+            # in totals, as Cluster Toolkit's gke-cluster system pool counts (total_min_nodes).
+            # Moving an existing pool here is an update, not a replacement (node_locations is
+            # not ForceNew; the provider sends UpdateNodePool with the new locations).
+            node_locations=[args.zone],
             cluster=cluster.name,
             initial_node_count=1,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(min_node_count=1, max_node_count=5),
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=SYSTEM_NODES[0], total_max_node_count=SYSTEM_NODES[1]
+            ),
             management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
             upgrade_settings=gcp.container.NodePoolUpgradeSettingsArgs(
                 strategy="SURGE", max_surge=1, max_unavailable=0

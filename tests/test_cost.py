@@ -1,0 +1,142 @@
+"""The cost table: node counts from the plan, prices from cited facts, the README equal to both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components.facts.hardware import PROFILES, Target
+from components.facts.prices import CLUSTER_FEE, LIST_PRICES
+from tools import cost, mockrun, plan
+
+ROOT = Path(__file__).resolve().parents[1]
+STACKS = [t.value for t in Target]
+
+
+@pytest.fixture(scope="module")
+def costs() -> dict[str, cost.StackCost]:
+    return {stack: cost.stack_cost(stack) for stack in STACKS}
+
+
+def pool(name: str, **inputs) -> mockrun.Registered:
+    return mockrun.Registered(
+        urn=f"urn:pulumi:s::p::{cost.NODE_POOL}::{name}", type=cost.NODE_POOL, name=name,
+        parent=None, custom=True,
+        inputs={"nodeConfig": {"machineType": "c2-standard-16"}, **inputs},
+    )
+
+
+def test_readme_table_is_the_tools_output():
+    """The README's cost table is exactly what `make cost` prints for every stack at the
+    committed prices: a changed default node count, machine type or price fails until the
+    README is regenerated (`python -m tools.cost --update-readme`)."""
+    [block] = [m.group(2) for m in cost.README_BLOCK.finditer((ROOT / "README.md").read_text())]
+    assert block == cost.readme_report(), "run: python -m tools.cost --update-readme"
+
+
+def test_nodes_are_counted_from_the_plan(costs):
+    """Each stack's default `up` runs its target's default GPU nodes of its machine type and
+    1 to 5 system nodes, as the plan registers them: the GPU count is nodes x GPUs per node."""
+    for stack, found in costs.items():
+        profile = PROFILES[Target(stack)]
+        gpu_pool, system_pool = found.pools
+        assert (gpu_pool.machine_type, gpu_pool.fewest, gpu_pool.most) == (
+            profile.machine_type, profile.default_nodes, profile.default_nodes,
+        )
+        assert (system_pool.machine_type, system_pool.fewest, system_pool.most) == (
+            "c2-standard-16", 1, 5,
+        )
+        assert found.gpus == profile.default_nodes * profile.gpus_per_node
+        assert found.clusters == 1
+
+
+def test_a_changed_node_count_changes_the_cost():
+    """The table follows the config, not a copy of it: four GPU nodes cost four nodes."""
+    _, recording = plan.run_program("a4", overrides={"verl-gke:gpuNodes": "4"})
+    gpu_pool = next(p for p in cost.pool_sizes(recording) if p.pool == "gpu-pool")
+    assert (gpu_pool.fewest, gpu_pool.most) == (4, 4)
+
+
+def test_per_zone_bounds_are_multiplied_by_the_zones():
+    """A pool's min/max_node_count and node_count are per zone (terraform-provider-google):
+    a pool over three zones with min 1 max 5 is 3 to 15 nodes; totals are taken as they are;
+    a pool that names no zones cannot be counted offline and says so."""
+    zones = ["us-central1-a", "us-central1-b", "us-central1-c"]
+    recording = mockrun.Recording(resources=[
+        pool("per-zone", nodeLocations=zones, autoscaling={"minNodeCount": 1, "maxNodeCount": 5}),
+        pool("total", nodeLocations=zones,
+             autoscaling={"totalMinNodeCount": 1, "totalMaxNodeCount": 5}),
+        pool("fixed", nodeLocations=zones[:2], nodeCount=2),
+    ])
+    sizes = {p.pool: (p.fewest, p.most) for p in cost.pool_sizes(recording)}
+    assert sizes == {"per-zone": (3, 15), "total": (1, 5), "fixed": (4, 4)}
+    with pytest.raises(ValueError, match="names no zones"):
+        cost.pool_sizes(mockrun.Recording(resources=[pool("regional", nodeCount=1)]))
+
+
+def test_hourly_cost_is_nodes_times_prices_plus_the_cluster_fee(costs):
+    """a4 at its floor: 2 GPU nodes, 1 system node and the cluster fee; at its ceiling 5 system
+    nodes. Computed here from the facts, independently of the table's formatting."""
+    price = {item: fact.usd_per_hour for item, fact in LIST_PRICES.items()}
+    floor = 2 * price["a4-highgpu-8g"] + price["c2-standard-16"] + price[CLUSTER_FEE]
+    ceiling = floor + 4 * price["c2-standard-16"]
+    assert costs["a4"].hourly(price, at_most=False) == (pytest.approx(floor), [])
+    assert costs["a4"].hourly(price, at_most=True) == (pytest.approx(ceiling), [])
+
+
+def test_a_missing_price_is_shown_missing_never_counted_as_free(costs):
+    """A4X has no public list price here: its row gives the priced part and names the unpriced
+    nodes, and its per-GPU-hour figure says there is none."""
+    prices = cost.list_prices()
+    assert prices["a4x-highgpu-4g"] is None
+    row = next(line for line in cost.table([costs["a4x"]], prices).splitlines() if "| a4x" in line)
+    assert "4 × a4x-highgpu-4g (no price)" in row and "no price |" in row
+    _, unpriced = costs["a4x"].hourly(prices, at_most=False)
+    assert unpriced == [(4, "a4x-highgpu-4g")]
+
+
+def test_every_machine_type_any_plan_runs_has_a_price_fact():
+    """A machine type added to any stack or mode must come with a price fact (a figure, or None
+    with the reason), so the table can never silently leave a node out."""
+    machine_types = set()
+    for stack in STACKS:
+        modes = ("standard", "autopilot") if PROFILES[Target(stack)].autopilot_supported else ()
+        for mode in modes or ("standard",):
+            _, recording = plan.run_program(stack, mode)
+            machine_types |= {p.machine_type for p in cost.pool_sizes(recording)}
+    assert machine_types <= set(LIST_PRICES)
+    for fact in LIST_PRICES.values():
+        assert fact.source and fact.how, fact.item
+
+
+def test_a_prices_file_replaces_the_facts(tmp_path, capsys):
+    """`make cost PRICES=file` prices what the facts cannot: with an A4X figure the a4x row
+    has a total, and the sources say the figure came from the file."""
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"a4x-highgpu-4g": 100}))
+    assert cost.main(["--stack", "a4x", "--prices", str(prices)]) == 0
+    out = capsys.readouterr().out
+    expected = 4 * 100 + LIST_PRICES["c2-standard-16"].usd_per_hour + 0.10
+    assert f"| ${expected:,.2f} |" in out
+    assert "`a4x-highgpu-4g`: $100.00, from the prices file given" in out
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "not a readable JSON file"),
+        ("[1, 2]", "expected one object"),
+        ('{"a4x-highgpu-4g": "cheap"}', "a4x-highgpu-4g = 'cheap' is not a price"),
+        ('{"c2-standard-16": -1}', "c2-standard-16 = -1 is not a price"),
+    ],
+)
+def test_a_bad_prices_file_is_refused_with_the_key_and_the_fix(tmp_path, capsys, content, message):
+    """A prices file that is not an object of non-negative numbers exits 2 with one line that
+    names the file, the key and what to give, before any stack is planned."""
+    prices = tmp_path / "prices.json"
+    prices.write_text(content)
+    assert cost.main(["--stack", "a4", "--prices", str(prices)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(prices) in err and "Traceback" not in err
