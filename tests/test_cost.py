@@ -113,14 +113,15 @@ def test_every_machine_type_any_plan_runs_has_a_price_fact():
 
 def test_a_prices_file_replaces_the_facts(tmp_path, capsys):
     """`make cost PRICES=file` prices what the facts cannot: with an A4X figure the a4x row
-    has a total, and the sources say the figure came from the file."""
+    has a total, and the sources say which figures came from the file."""
     prices = tmp_path / "prices.json"
-    prices.write_text(json.dumps({"a4x-highgpu-4g": 100}))
+    prices.write_text(json.dumps({"a4x-highgpu-4g": 100, "n2-standard-8": 0.3}))
     assert cost.main(["--stack", "a4x", "--prices", str(prices)]) == 0
     out = capsys.readouterr().out
     expected = 4 * 100 + LIST_PRICES["c2-standard-16"].usd_per_hour + 0.10
     assert f"| ${expected:,.2f} |" in out
     assert "`a4x-highgpu-4g`: $100.00, from the prices file given" in out
+    assert "`n2-standard-8`: $0.30, from the prices file given" in out
 
 
 @pytest.mark.parametrize(

@@ -60,15 +60,16 @@ class StackCost:
     def hourly(
         self, prices: dict[str, float | None], at_most: bool
     ) -> tuple[float, list[tuple[int, str]]]:
-        """USD per hour of everything priced, at the pools' floor (or ceiling), and the nodes
-        (count, machine type) that have no price."""
-        total = self.clusters * (prices.get(CLUSTER_FEE) or 0.0)
-        unpriced = []
-        for pool in self.pools:
-            count = pool.most if at_most else pool.fewest
-            price = prices.get(pool.machine_type)
+        """USD per hour of everything priced, at the pools' floor (or ceiling), and the items
+        (count, name) that have no price."""
+        counts = [(self.clusters, CLUSTER_FEE)] + [
+            (pool.most if at_most else pool.fewest, pool.machine_type) for pool in self.pools
+        ]
+        total, unpriced = 0.0, []
+        for count, item in counts:
+            price = prices.get(item)
             if price is None:
-                unpriced.append((count, pool.machine_type))
+                unpriced.append((count, item))
             else:
                 total += price * count
         return total, unpriced
@@ -143,16 +144,16 @@ def _cost(cost: StackCost, prices: dict[str, float | None], at_most: bool) -> st
 
 
 def _per_gpu_hour(cost: StackCost, prices: dict[str, float | None]) -> str:
-    gpu_pool = next(p for p in cost.pools if p.machine_type in GPUS_PER_NODE)
-    price = prices.get(gpu_pool.machine_type)
+    gpu_pool = next((p for p in cost.pools if p.machine_type in GPUS_PER_NODE), None)
+    price = prices.get(gpu_pool.machine_type) if gpu_pool else None
     return "no price" if price is None else _usd(price / GPUS_PER_NODE[gpu_pool.machine_type])
 
 
 def table(costs: Iterable[StackCost], prices: dict[str, float | None]) -> str:
     """The Markdown cost table: one row per stack."""
     lines = [
-        "| stack | nodes while it runs | GPUs | per GPU-hour | per hour (system pool at 1) "
-        "| per hour (system pool at its ceiling) |",
+        "| stack | nodes while it runs | GPUs | per GPU-hour | per hour, pools at their floor "
+        "| per hour, pools at their ceiling |",
         "|---|---|---|---|---|---|",
     ]
     for cost in costs:
@@ -178,6 +179,8 @@ def sources(prices: dict[str, float | None], given: Iterable[str] = ()) -> str:
             cited.append(fact.source)
         figure = "no price found" if fact.usd_per_hour is None else _exact(fact.usd_per_hour)
         lines.append(f"- `{item}`: {figure} [{cited.index(fact.source) + 1}]: {fact.how}.")
+    for item in sorted(given - LIST_PRICES.keys()):
+        lines.append(f"- `{item}`: {_exact(prices[item] or 0.0)}, from the prices file given")
     lines.append("")
     for n, source in enumerate(cited, 1):
         caveat = f" Caveat: {source.caveat}." if source.caveat else ""
@@ -186,7 +189,9 @@ def sources(prices: dict[str, float | None], given: Iterable[str] = ()) -> str:
     return "\n".join(lines)
 
 
-def report(costs: Iterable[StackCost], prices: dict[str, float | None], given=()) -> str:
+def report(
+    costs: Iterable[StackCost], prices: dict[str, float | None], given: Iterable[str] = ()
+) -> str:
     """The table and its sources: what `make cost` prints and the README holds."""
     return "\n".join([table(costs, prices), "", sources(prices, given)])
 
@@ -197,9 +202,10 @@ def readme_report() -> str:
 
 
 def update_readme(path: Path = README) -> None:
+    """Rewrite the README's cost-table block with `readme_report()`."""
     text = path.read_text(encoding="utf-8")
     if not README_BLOCK.search(text):
-        raise SystemExit(f"{path}: no <!-- cost-table: ... --> block to update")
+        raise ValueError(f"{path}: no <!-- cost-table: ... --> block to rewrite")
     block = readme_report()
     path.write_text(README_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text), "utf-8")
 
@@ -213,16 +219,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--update-readme", action="store_true",
                         help="rewrite the README's cost table (every stack, committed prices)")
     args = parser.parse_args(argv)
-    if args.update_readme:
-        update_readme()
-        return 0
     prices = list_prices()
     given: dict[str, float] = {}
     try:
+        if args.update_readme:
+            update_readme()
+            return 0
         if args.prices:
             given = read_prices(args.prices)
         costs = [stack_cost(stack) for stack in args.stack or [t.value for t in Target]]
-    except (PriceFileError, plan.StackFileError, ConfigError) as error:
+    except (PriceFileError, plan.StackFileError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     prices.update(given)
