@@ -64,9 +64,9 @@ LIST_PRICES: dict[str, ListPrice] = {
             90.216,
             SKYPILOT,
             "row `,,,B200,8,…,us-central1,us-central1-b,90.216,`. SkyPilot prices the whole "
-            "A4 VM from its B200 SKU: \"GCP does not provide separate CPU/RAM pricing for A4 instances "
-            "in the SKUs API. The GPU pricing (B200) includes the full VM cost.\" (fetch_gcp.py "
-            "at a2f08cfd)",
+            "A4 VM from its B200 SKU: \"GCP does not provide separate CPU/RAM pricing for A4 "
+            "instances in the SKUs API. The GPU pricing (B200) includes the full VM cost.\" "
+            "(fetch_gcp.py at a2f08cfd)",
         ),
         ListPrice(
             "a3-ultragpu-8g",
