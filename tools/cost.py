@@ -171,16 +171,15 @@ def sources(prices: dict[str, float | None], given: Iterable[str] = ()) -> str:
     given = set(given)
     cited: list[Source] = []
     lines = [f"On-demand list prices in {REGION}, read on {READ_ON}:", ""]
-    for item, fact in LIST_PRICES.items():
+    for item in [*LIST_PRICES, *sorted(given - LIST_PRICES.keys())]:
         if item in given:
             lines.append(f"- `{item}`: {_exact(prices[item] or 0.0)}, from the prices file given")
             continue
+        fact = LIST_PRICES[item]
         if fact.source not in cited:
             cited.append(fact.source)
         figure = "no price found" if fact.usd_per_hour is None else _exact(fact.usd_per_hour)
         lines.append(f"- `{item}`: {figure} [{cited.index(fact.source) + 1}]: {fact.how}.")
-    for item in sorted(given - LIST_PRICES.keys()):
-        lines.append(f"- `{item}`: {_exact(prices[item] or 0.0)}, from the prices file given")
     lines.append("")
     for n, source in enumerate(cited, 1):
         caveat = f" Caveat: {source.caveat}." if source.caveat else ""
