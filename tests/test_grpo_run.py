@@ -8,9 +8,9 @@ import shlex
 import pydantic
 import pytest
 
+from components.schema.lifecycle import WaitFor
 from components.schema.run import (
     GrpoRunConfig,
-    WaitFor,
     entrypoint,
     hydra_overrides,
     run_problems,

@@ -58,9 +58,9 @@ from components.ray.ray_access import (
     RequestPolicy,
     open_dashboard,
 )
+from components.schema.lifecycle import WaitFor
 from components.schema.run import (
     GrpoRunConfig,
-    WaitFor,
     EXPORT_SUBDIR,
     entrypoint,
     export_command,

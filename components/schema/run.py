@@ -24,7 +24,6 @@ here; the tutorial's VERL_REF ddbcdb7 is not in it. Each check below names the f
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import re
@@ -46,6 +45,7 @@ from components.facts.layout import (
 )
 from components.messages import quoted
 from components.schema.hydra_overrides import PROTECTED_KEYS, override_problems, override_text
+from components.schema.lifecycle import RunLifecycle, WaitFor
 
 CONFIG_KEY = "verl-gke:job"
 # The bucket is mounted at /data in every Ray pod (GcsFuseStorage); each run checkpoints to its
@@ -71,15 +71,7 @@ def parse_loggers(value: str) -> list[str]:
             if name.strip()]
 
 
-class WaitFor(str, enum.Enum):
-    """How far `pulumi up` follows the job before reporting it created."""
-
-    SUBMITTED = "submitted"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-
-
-class GrpoRunConfig(BaseModel):
+class GrpoRunConfig(RunLifecycle):
     """The stack config key `verl-gke:job`: one GRPO run of verl's `main_ppo` trainer.
 
     Every field left unset takes the tutorial's value for the stack's target (a4 and a3u share
@@ -180,22 +172,6 @@ class GrpoRunConfig(BaseModel):
         description="Any other Hydra override of main_ppo, key -> value, appended last. "
         "Keys set by a typed field above, and the checkpoint keys, are refused.",
     )
-    metadata: dict[str, str] = Field(
-        default_factory=dict,
-        description="Ray job metadata (e.g. owner). Changing it never replaces the job.",
-    )
-    wait_for: WaitFor = Field(
-        WaitFor.RUNNING,
-        description="How far `pulumi up` follows the job: submitted, running or succeeded.",
-    )
-    timeout_minutes: int = Field(
-        30, gt=0, description="How long `pulumi up` waits for `waitFor` before failing."
-    )
-    dashboard_address: str | None = Field(
-        None,
-        description="Ray dashboard URL to use (a tunnel, IAP, or another Ray cluster). "
-        "default: a port-forward to the head Service for the duration of each call.",
-    )
     run_name: str = Field(
         "grpo",
         description="Readable prefix of the run's checkpoint directory "
@@ -207,24 +183,6 @@ class GrpoRunConfig(BaseModel):
         "`job.checkpointUri` output (`grpo-16gpu-0123456789ab`), optionally "
         "`/global_step_<n>`; default: its latest. Refused when its GPU count differs.",
     )
-    skip_cluster_check: bool = Field(
-        False,
-        description="Skip the ClusterCheck (GPU inventory, all-reduce bus bandwidth, /data read "
-        "throughput) that runs before the job.",
-    )
-    export_model: bool = Field(
-        True,
-        description="After the run SUCCEEDS, merge its last checkpoint into a Hugging Face "
-        "model under the run's directory (`<run>/huggingface`, the job.modelUri output) with "
-        "verl's model merger.",
-    )
-    max_retries: int = Field(
-        0, ge=0, le=100,
-        description="While `pulumi up` follows the job (waitFor running or succeeded), resubmit "
-        "a job that fails up to this many times, each resuming from its checkpoints "
-        "(KubeRay RayJob's backoffLimit). default: 0.",
-    )
-
     @field_validator("logger")
     @classmethod
     def _known_loggers(cls, value: str) -> str:
@@ -259,16 +217,6 @@ class GrpoRunConfig(BaseModel):
                 f"{CONFIG_KEY}.resumeFrom={quoted(value)} is not a run directory: use the last "
                 "part of another run's job.checkpointUri output, e.g. grpo-16gpu-0123456789ab, "
                 "optionally followed by /global_step_<n>"
-            )
-        return value
-
-    @field_validator("dashboard_address")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(
-                f"{CONFIG_KEY}.dashboardAddress={value!r} is not an http(s) URL: use e.g. "
-                "http://127.0.0.1:8265, or leave it unset to port-forward to the head Service"
             )
         return value
 
@@ -348,9 +296,8 @@ CONTINUATION_FIELDS = frozenset({
     "total_epochs",
     "save_freq", "test_freq", "logger", "val_before_train", "val_files",
     "ppo_micro_batch_size_per_gpu", "rollout_log_prob_micro_batch_size_per_gpu",
-    "ref_log_prob_micro_batch_size_per_gpu", "gpu_memory_utilization",
-    "metadata", "wait_for", "timeout_minutes", "dashboard_address", "run_name", "max_retries",
-    "export_model", "skip_cluster_check",
+    "ref_log_prob_micro_batch_size_per_gpu", "gpu_memory_utilization", "run_name",
+    *RunLifecycle.model_fields,
 })
 # Extra overrides of the same kinds; every other extra override is part of the run's identity.
 CONTINUATION_OVERRIDES = frozenset({
