@@ -28,12 +28,14 @@ def pool(name: str, **inputs) -> mockrun.Registered:
     )
 
 
-def test_readme_table_is_the_tools_output():
-    """The README's cost table is exactly what `make cost` prints for every stack at the
-    committed prices: a changed default node count, machine type or price fails until the
-    README is regenerated (`python -m tools.cost --update-readme`)."""
-    [block] = [m.group(2) for m in cost.README_BLOCK.finditer((ROOT / "README.md").read_text())]
-    assert block == cost.readme_report(), "run: python -m tools.cost --update-readme"
+def test_readme_and_cost_page_are_the_tools_output():
+    """The README's cost table and docs/cost.md's table with sources are exactly what `make
+    cost` prints for every stack at the committed prices: a changed default node count, machine
+    type or price fails until both are regenerated (`python -m tools.cost --update-readme`)."""
+    for path, want in (("README.md", cost.readme_report()), ("docs/cost.md", cost.page_report())):
+        [block] = [m.group(2) for m in cost.README_BLOCK.finditer((ROOT / path).read_text())]
+        assert block == want, f"{path}: run python -m tools.cost --update-readme"
+    assert cost.readme_report() in cost.page_report()
 
 
 def test_nodes_are_counted_from_the_plan(costs):

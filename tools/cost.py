@@ -8,13 +8,15 @@ autoscaling bounds, exactly as the program registers them. The prices come from
 components/facts/prices.py, or from a JSON file of your own ({"a4x-highgpu-4g": 123.4, ...}, USD
 per node-hour; "gke-cluster" for the cluster fee), e.g. read from your billing account's
 Cloud Billing Catalog. A machine type without a price is shown as such, never counted as free.
-The README's cost table is this tool's output for every stack and the committed prices
-(`--update-readme` rewrites it; tests/test_cost.py keeps them equal).
+The README's cost table and docs/cost.md (the table with its sources) are this tool's output for
+every stack at the committed prices (`--update-readme` rewrites both; tests/test_cost.py keeps
+them equal).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -28,7 +30,9 @@ from components.facts.prices import (
 )
 from tools import mockrun, plan
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+COST_PAGE = ROOT / "docs" / "cost.md"
 README_BLOCK = re.compile(r"(<!-- cost-table:[^\n]*-->\n)(.*?)(\n<!-- /cost-table -->)", re.S)
 NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
@@ -195,18 +199,28 @@ def report(
     return "\n".join([table(costs, prices), "", sources(prices, given)])
 
 
+@functools.cache
+def _default_costs() -> tuple[StackCost, ...]:
+    return tuple(stack_cost(t.value) for t in Target)
+
+
 def readme_report() -> str:
-    """The README's block: every stack at the committed prices."""
-    return report([stack_cost(t.value) for t in Target], list_prices())
+    """The README's block: the table of every stack at the committed prices."""
+    return table(_default_costs(), list_prices())
 
 
-def update_readme(path: Path = README) -> None:
-    """Rewrite the README's cost-table block with `readme_report()`."""
-    text = path.read_text(encoding="utf-8")
-    if not README_BLOCK.search(text):
-        raise ValueError(f"{path}: no <!-- cost-table: ... --> block to rewrite")
-    block = readme_report()
-    path.write_text(README_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text), "utf-8")
+def page_report() -> str:
+    """docs/cost.md's block: the same table with its sources."""
+    return report(_default_costs(), list_prices())
+
+
+def update_readme(targets: Iterable[tuple[Path, str]] | None = None) -> None:
+    """Rewrite the cost-table block of the README (the table) and of docs/cost.md (with sources)."""
+    for path, block in targets or ((README, readme_report()), (COST_PAGE, page_report())):
+        text = path.read_text(encoding="utf-8")
+        if not README_BLOCK.search(text):
+            raise ValueError(f"{path}: no <!-- cost-table: ... --> block to rewrite")
+        path.write_text(README_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text), "utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stack", action="append", choices=[t.value for t in Target])
     parser.add_argument("--prices", type=Path, help="JSON file of item -> USD per hour")
     parser.add_argument("--update-readme", action="store_true",
-                        help="rewrite the README's cost table (every stack, committed prices)")
+                        help="rewrite the cost tables of README.md and docs/cost.md (every stack, committed prices)")
     args = parser.parse_args(argv)
     prices = list_prices()
     given: dict[str, float] = {}
