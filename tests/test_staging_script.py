@@ -147,7 +147,17 @@ class World:
     def run(
         self, *, ref: str | None = None, revision: str = REV_A, hub_delay_s: float = 0.0
     ) -> subprocess.CompletedProcess:
-        env = {
+        env = self.env(ref=ref, revision=revision, hub_delay_s=hub_delay_s)
+        done = subprocess.run(
+            [sys.executable, str(STAGE)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert TOKEN not in done.stdout + done.stderr, "the Hugging Face token was printed"
+        return done
+
+    def env(
+        self, *, ref: str | None = None, revision: str = REV_A, hub_delay_s: float = 0.0
+    ) -> dict[str, str]:
+        return {
             "FAKE_HUB_DELAY_S": str(hub_delay_s),
             "PATH": "/usr/bin:/bin",
             "HOME": str(self.root),
@@ -169,11 +179,6 @@ class World:
             "STAGING_WORK_DIR": str(self.work_dir),
             "STAGING_DOWNLOAD_WORKERS": str(DOWNLOAD_WORKERS),
         }
-        done = subprocess.run(
-            [sys.executable, str(STAGE)], env=env, capture_output=True, text=True, timeout=120
-        )
-        assert TOKEN not in done.stdout + done.stderr, "the Hugging Face token was printed"
-        return done
 
     def remove_sources(self, *, hub: bool = False) -> None:
         """Take away what a step would need, so a step that runs anyway fails the test."""
@@ -371,6 +376,17 @@ def test_missing_setting_is_named() -> None:
 
     assert done.returncode != 0
     assert "STAGING_MODEL_REVISION" in done.stderr and "STAGING_VERL_REF" in done.stderr
+
+
+@pytest.mark.parametrize("workers", ["0", "four", "-1"])
+def test_bad_download_concurrency_is_named_before_anything_is_staged(world: World, workers: str) -> None:
+    """STAGING_DOWNLOAD_WORKERS must be a positive integer; anything else stops the script with
+    the variable and its value, before the bucket is touched."""
+    env = {**world.env(), "STAGING_DOWNLOAD_WORKERS": workers}
+    done = subprocess.run([sys.executable, str(STAGE)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert f"STAGING_DOWNLOAD_WORKERS={workers!r}" in done.stderr
+    assert not world.data.exists()
 
 
 def test_unknown_verl_ref_fails_with_gits_reason_and_stages_nothing(world: World) -> None:
