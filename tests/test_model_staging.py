@@ -173,24 +173,25 @@ def test_pod_mounts_the_bucket_and_the_script(rendered: mockrun.Recording) -> No
 
 def test_staging_wheels_are_exact_and_complete() -> None:
     """Every wheel is one exact version (nothing floats under --no-deps), each package once,
-    and the closure holds what stage.py and verl's gsm8k.py import; hf_xet stays out (its
-    fan-out would bypass hf_transfer's, which the NAT is sized for)."""
+    and the closure holds what stage.py and verl's gsm8k.py import, hf_xet included (without it
+    a Xet-backed file's range requests would all hit the Hub's rate-limited resolver)."""
     names = [w.split("==")[0].lower().replace("_", "-") for w in pins.STAGING_WHEELS]
     assert all(w.count("==") == 1 and w.split("==")[1] for w in pins.STAGING_WHEELS)
     assert len(names) == len(set(names))
-    assert {"huggingface-hub", "hf-transfer", "datasets", "pyarrow", "pandas"} <= set(names)
-    assert "hf-xet" not in names
+    assert {"huggingface-hub", "hf-transfer", "hf-xet", "datasets", "pyarrow", "pandas"} <= set(names)
     assert "huggingface-hub==0.36.0" in [w.lower().replace("_", "-") for w in pins.STAGING_WHEELS]
 
 
 def test_download_concurrency_is_set_by_the_component() -> None:
-    """stage.py fetches as many files at once as the component says (one constant, which the
-    Cloud NAT is sized from), and hf_transfer is switched on."""
+    """stage.py fetches as many files at once as the component says, hf_transfer is on and
+    hf_xet's streams per file are pinned to the same figure as hf_transfer's: one peak, which
+    the Cloud NAT is sized from."""
     from components.storage import model_staging
 
     env = staging_env(StagingConfig())
     assert env["STAGING_DOWNLOAD_WORKERS"] == str(model_staging.DOWNLOAD_WORKERS)
     assert env["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
+    assert env["HF_XET_FIXED_DOWNLOAD_CONCURRENCY"] == str(model_staging.CONNECTIONS_PER_FILE)
     assert model_staging.PEAK_CONNECTIONS == (
         model_staging.DOWNLOAD_WORKERS * model_staging.CONNECTIONS_PER_FILE
     )

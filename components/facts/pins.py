@@ -90,18 +90,22 @@ STAGING_IMAGE = "python:3.12.12-bookworm"
 # What stage.py imports, exact versions, installed with --no-deps so nothing floats (pip's
 # resolver is not run). The list is pip's own resolution of `datasets==4.4.1
 # huggingface_hub==0.36.0 hf_transfer==0.1.9` for CPython 3.12 on manylinux x86_64 (`pip install
-# --dry-run --report`, 2026-12-01), minus hf-xet (below). huggingface_hub 0.36.0 is the last release
-# that still uses hf_transfer (1.0.0 constants.py:219: "hf_transfer is not used anymore"); it opens
-# HF_TRANSFER_CONCURRENCY = 100 connections per file (huggingface_hub 0.36.0 constants.py:38,
-# file_download.py:470), the figure the Cloud NAT is sized from. hf_xet is deliberately absent:
-# with it installed (0.36.0 requires it on x86_64; --no-deps leaves it out), Xet-backed files
-# bypass hf_transfer with hf_xet's own fan-out, which this program does not set; the Hub still
-# serves them over HTTP to clients without it. datasets and its imports serve verl's
-# examples/data_preprocess/gsm8k.py (it imports `datasets` and verl.utils.hdfs_io only).
+# --dry-run --report`, 2026-12-01). huggingface_hub 0.36.0 is the last release that still uses
+# hf_transfer (1.0.0 constants.py:219: "hf_transfer is not used anymore"), which opens
+# HF_TRANSFER_CONCURRENCY = 100 connections per file (0.36.0 constants.py:38, file_download.py:470).
+# hf_xet is kept, not only because 0.36.0 requires it on x86_64: for a Xet-backed file without it,
+# 0.36.0 hands hf_transfer the /resolve/ URL itself (file_download.py:1592, the CDN location is
+# taken only when there is no Xet metadata), so every 10 MB range request would count against the
+# Hub's resolver rate limit (3000 per 5 min anonymous, 5000 with a free account's token,
+# huggingface.co/docs/hub/rate-limits): 66 GB is about 6600 of them. With hf_xet such a file
+# comes from Xet storage instead, with its per-file streams pinned by
+# HF_XET_FIXED_DOWNLOAD_CONCURRENCY (model_staging.staging_env). datasets and its imports serve
+# verl's examples/data_preprocess/gsm8k.py (it imports `datasets` and verl.utils.hdfs_io only).
 STAGING_WHEELS = (
     "datasets==4.4.1",
     "huggingface-hub==0.36.0",
     "hf_transfer==0.1.9",
+    "hf-xet==1.8.0",
     "dill==0.4.0",
     "fsspec==2025.10.0",
     "httpx==0.28.1",

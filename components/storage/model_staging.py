@@ -65,9 +65,11 @@ WORK_PATH = f"{DATA_MOUNT}/.verl-gke-staging"  # scratch space; on the mount so 
 # (Qwen2.5-32B) is 16 GB, under half of SIDECAR_ANNOTATIONS' 40 GiB, and four uploads at once is
 # what the sidecar's 4-CPU limit drives (bench/staging_bench.py measures the script's side).
 DOWNLOAD_WORKERS = 4
-# hf_transfer's connections per file: huggingface_hub's HF_TRANSFER_CONCURRENCY, a constant, not
-# an environment setting (huggingface_hub 0.36.0, the pinned version: constants.py:38, passed as
-# `max_files` at file_download.py:470).
+# Connections per file, whichever way a file comes: hf_transfer's is huggingface_hub's
+# HF_TRANSFER_CONCURRENCY, a constant, not a setting (0.36.0, the pinned version: constants.py:38,
+# passed as `max_files` at file_download.py:470); a Xet-backed file goes through hf_xet instead,
+# whose streams per file this pins to the same figure (HF_XET_FIXED_DOWNLOAD_CONCURRENCY, which
+# "pins concurrency to a fixed value, bypassing the adaptive controller", huggingface_hub docs).
 CONNECTIONS_PER_FILE = 100
 # What the staging pod opens at its busiest, all to the Hugging Face CDN through the node's Cloud
 # NAT: the figure the NAT's ports per VM are sized from (components/network/primary_network.py).
@@ -238,6 +240,7 @@ def staging_env(cfg: StagingConfig) -> dict[str, str]:
         "STAGING_WORK_DIR": WORK_PATH,
         "STAGING_DOWNLOAD_WORKERS": str(DOWNLOAD_WORKERS),
         "HF_HUB_ENABLE_HF_TRANSFER": "1",
+        "HF_XET_FIXED_DOWNLOAD_CONCURRENCY": str(CONNECTIONS_PER_FILE),
     }
 
 

@@ -20,7 +20,7 @@ The verl step replaces only the entries it stages, so what the training job writ
 
 Everything comes from environment variables (ENV below), so tests can point the clone, the
 dataset and the hub at local fixtures. Plain Python 3 standard library, plus git, and the pinned
-wheels the Job installs (huggingface_hub, hf_transfer, datasets). Nothing here prints the Hugging
+wheels the Job installs (huggingface_hub with hf_transfer and hf_xet, datasets). Nothing here prints the Hugging
 Face token.
 """
 
