@@ -8,7 +8,8 @@ stage and its destination exists:
   verl   clone the repository, check out the pinned ref, copy the tree (without .git)
   gsm8k  run verl's own examples/data_preprocess/gsm8k.py from the staged checkout
   model  the repository's files at the pinned revision, STAGING_DOWNLOAD_WORKERS at a time, each
-         with hf_transfer, written through the mount straight into the bucket
+         over many connections (hf_transfer, or hf_xet for a Xet-backed file), written through
+         the mount straight into the bucket
 
 A step builds its result in a scratch directory under the work directory, on the same mount, and
 renames it into place only when it is complete. Its marker entry is removed before an old result
@@ -20,8 +21,8 @@ The verl step replaces only the entries it stages, so what the training job writ
 
 Everything comes from environment variables (ENV below), so tests can point the clone, the
 dataset and the hub at local fixtures. Plain Python 3 standard library, plus git, and the pinned
-wheels the Job installs (huggingface_hub with hf_transfer and hf_xet, datasets). Nothing here prints the Hugging
-Face token.
+wheels the Job installs (huggingface_hub with hf_transfer and hf_xet, datasets). Nothing here
+prints the Hugging Face token.
 """
 
 from __future__ import annotations
@@ -222,8 +223,8 @@ def download_model(s: Settings, scratch: Path) -> None:
     """Every file of the model at its revision, `download_workers` files at once.
 
     What `snapshot_download` does, with the concurrency in this script's hands: it is the one
-    knob that decides throughput (each file already comes over many connections through
-    hf_transfer) and the sidecar's disk use, so it is set and tested here. A file that fails
+    knob that decides throughput (each file already comes over many connections) and the
+    sidecar's disk use, so it is set and tested here. A file that fails
     fails the step; the files already written stay in the scratch directory for the retry.
     """
     # huggingface_hub reads this when it is imported; imported here so that a run with nothing
