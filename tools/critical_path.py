@@ -73,7 +73,7 @@ def staging_mbps(workers: int = model_staging.DOWNLOAD_WORKERS) -> float:
 
 
 # Before the model: the ~0.4 GB python image from the in-region mirror, pip's pinned wheels
-# (~110 MB from PyPI), verl's blobless clone and GSM8K (7.5k rows).
+# from PyPI, verl's blobless clone and GSM8K (7.5k rows).
 STAGING_SETUP = Duration(2, "assumption: image pull from the mirror, pinned wheels, verl clone, GSM8K")
 # On Autopilot the pod first needs a node (no system pool waits for it), like a CPU pool's.
 AUTOPILOT_NODE = Duration(5, "assumption: Autopilot provisions a general-purpose node, as a CPU pool boots")
@@ -88,7 +88,7 @@ def staging_duration(autopilot: bool) -> Duration:
         f"estimate: {STAGING_SETUP.minutes:g} min setup ({STAGING_SETUP.source})"
         + (f", {extra:g} min for a node ({AUTOPILOT_NODE.source})" if extra else "")
         + f", then {MODEL_GB:g} GB at {mbps:.0f} MB/s: {model_staging.DOWNLOAD_WORKERS} files at "
-        f"once, each at a {model_staging.DOWNLOAD_WORKERS}th of hf_transfer's ~{HF_TRANSFER_MBPS:g} "
+        f"once, each at 1/{model_staging.DOWNLOAD_WORKERS} of hf_transfer's ~{HF_TRANSFER_MBPS:g} "
         f"MB/s (huggingface/hf_transfer README) then one GCS upload stream at "
         f"{GCS_STREAM_MBPS:g} MB/s (assumption: no published per-stream figure); the script's "
         f"own pipeline allows {PIPELINE_MBPS:.0f} MB/s at its measured CPU cost (make bench) and the node "
