@@ -190,8 +190,8 @@ def clone_verl(s: Settings, scratch: Path) -> None:
 # their modules import from that tree, but the two `__init__.py` files, which import torch, ray
 # and tensordict (verl/__init__.py imports verl.protocol), never run. The preprocessing itself
 # needs only `datasets` and verl.utils.hdfs_io, which imports the standard library only: so in
-# volcengine/verl from b00f77d85 (2025-04-18) to b178a3cd5 (2026-01-29), the last two commits to
-# touch examples/data_preprocess/gsm8k.py. The staging image needs neither torch nor the 25 GB
+# volcengine/verl's examples/data_preprocess/gsm8k.py from b00f77d85 (2025-04-18) through
+# dfa3933ac (2025-09-09, its last change before b178a3cd5, 2026-01-29, the newest read). The staging image needs neither torch nor the 25 GB
 # training image; a verl whose script imports more fails the gsm8k step with the missing module.
 _BARE_VERL = """
 import runpy, sys, types
