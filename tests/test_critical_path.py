@@ -115,11 +115,16 @@ def test_every_duration_says_where_it_comes_from():
 
 
 def test_the_report_names_the_path_and_the_estimate():
-    """What `make critical-path` prints: each step with its finish time, the estimate, sources."""
+    """What `make critical-path` prints: each step with its finish time, the estimate, sources,
+    and staging's own branch with its estimate."""
     _, recording = rendered("a4x", "standard")
     chain = critical_path.critical_path(recording)
     ray_ready = critical_path.critical_path(recording, RAY_CLUSTER)[-1].done_at
-    text = critical_path.report("a4x", None, chain, ray_ready)
+    staging = critical_path.staging_step(recording)
+    text = critical_path.report("a4x", None, chain, ray_ready, staging)
     assert f"Estimate to the first training step: {chain[-1].done_at:.0f} min" in text
     assert "gke-cluster" in text and "assumption:" in text
     assert ray_ready < chain[-1].done_at
+    # Staging is off the path, so its estimate is shown on its own, with its sources.
+    assert f"staging is done after {staging.done_at:.0f} min" in text
+    assert f"Staging, on its own branch: +{staging.duration.minutes:g} min, estimate:" in text

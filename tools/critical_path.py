@@ -240,12 +240,19 @@ def critical_path(recording: mockrun.Recording, final_type: str = FINAL) -> list
     return list(reversed(chain))
 
 
-def staging_done_at(recording: mockrun.Recording) -> float | None:
-    """When the staging Job's branch ends, or None when staging is skipped."""
+def staging_step(recording: mockrun.Recording) -> Step | None:
+    """The staging Job's step on its own branch (its duration, when it is done), or None when
+    staging is skipped."""
     job, _, name = STAGING_JOB.partition(" ")
     if not any(r.name == name for r in recording.of_type(job)):
         return None
-    return critical_path(recording, job)[-1].done_at
+    return critical_path(recording, job)[-1]
+
+
+def staging_done_at(recording: mockrun.Recording) -> float | None:
+    """When the staging Job's branch ends, or None when staging is skipped."""
+    step = staging_step(recording)
+    return step.done_at if step else None
 
 
 def depends_transitively(recording: mockrun.Recording, urn: str, on: str) -> bool:
@@ -269,7 +276,7 @@ def report(
     mode: str | None,
     chain: Iterable[Step],
     ray_ready: float,
-    staging_ready: float | None = None,
+    staging: Step | None = None,
 ) -> str:
     steps = list(chain)
     lines = [f"Critical path of `pulumi up` for {stack}{'/' + mode if mode else ''} "
@@ -283,7 +290,7 @@ def report(
         "",
         f"Estimate to the first training step: {steps[-1].done_at:.0f} min "
         f"(the RayCluster, on the GPU branch, is ready after {ray_ready:.0f} min"
-        + (f"; staging is done after {staging_ready:.0f} min" if staging_ready is not None else "")
+        + (f"; staging is done after {staging.done_at:.0f} min" if staging else "")
         + ").",
         "",
               "Sources of the durations on this path:"]
@@ -294,6 +301,9 @@ def report(
         if step.duration.minutes and key not in seen:
             seen.add(key)
             lines.append(f"  - {key}")
+    if staging and staging.resource.urn not in {step.resource.urn for step in steps}:
+        lines += ["", f"Staging, on its own branch: +{staging.duration.minutes:g} min, "
+                      f"{staging.duration.source}"]
     return "\n".join(lines)
 
 
@@ -304,8 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _, recording = plan.run_program(args.stack, args.mode)
     ray_ready = critical_path(recording, RAY_CLUSTER)[-1].done_at
-    staging = staging_done_at(recording)
-    print(report(args.stack, args.mode, critical_path(recording), ray_ready, staging))
+    print(report(args.stack, args.mode, critical_path(recording), ray_ready, staging_step(recording)))
     return 0
 
 
