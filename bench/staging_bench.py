@@ -27,7 +27,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from components.storage.model_staging import CONNECTIONS_PER_FILE, DOWNLOAD_WORKERS, PEAK_CONNECTIONS
+from components.storage.model_staging import (
+    CONNECTIONS_PER_FILE,
+    DOWNLOAD_WORKERS,
+    PEAK_CONNECTIONS,
+)
 from tools.critical_path import PIPELINE_CPU_S_PER_GB, PIPELINE_MBPS
 
 STAGE = Path(__file__).resolve().parents[1] / "components" / "storage" / "staging" / "stage.py"
@@ -130,7 +134,8 @@ def measure() -> dict[str, float]:
     files = [r for r in records if "file" in r]
     assert staged == SHARDS * SHARD_MIB * 2**20 == sum(r["bytes"] for r in chunks), "bytes lost"
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    in_flight = max(sum(f["start"] <= t < f["end"] for f in files) for t in (f["start"] for f in files))
+    starts = [f["start"] for f in files]
+    in_flight = max(sum(f["start"] <= t < f["end"] for f in files) for t in starts)
     return {
         "gb": staged / 1e9,
         "wall_s": wall,

@@ -90,7 +90,8 @@ def test_staging_throughput_is_bounded_by_its_sources():
     """The staging estimate is the least of its cited ceilings: never above hf_transfer's, the
     node's or the measured pipeline's, and lower with fewer files at once."""
     mbps = critical_path.staging_mbps()
-    assert mbps <= min(critical_path.HF_TRANSFER_MBPS, critical_path.NODE_MBPS, critical_path.PIPELINE_MBPS)
+    ceilings = (critical_path.HF_TRANSFER_MBPS, critical_path.NODE_MBPS, critical_path.PIPELINE_MBPS)
+    assert mbps <= min(ceilings)
     assert critical_path.staging_mbps(workers=1) < mbps
     duration = critical_path.DURATIONS[critical_path.STAGING_JOB]
     assert f"{mbps:.0f} MB/s" in duration.source and "hf_transfer" in duration.source
@@ -103,14 +104,16 @@ def test_the_cluster_check_estimate_comes_from_its_script():
     assert {"size-mb", "iters", "read-mb"} <= set(defaults)
     duration = critical_path.DURATIONS[critical_path.CLUSTER_CHECK]
     assert duration.minutes > 1
-    assert f"{defaults['read-mb']} MiB" in duration.source and f"{defaults['size-mb']} MiB" in duration.source
+    assert f"{defaults['read-mb']} MiB" in duration.source
+    assert f"{defaults['size-mb']} MiB" in duration.source
 
 
 def test_every_duration_says_where_it_comes_from():
     """A figure is cited, marked as an assumption, or an estimate that names its figures."""
     for key, duration in critical_path.DURATIONS.items():
         assert duration.minutes > 0, key
-        cited = "cloud.google.com" in duration.source or duration.source.startswith(("assumption:", "estimate:"))
+        marked = duration.source.startswith(("assumption:", "estimate:"))
+        cited = marked or "cloud.google.com" in duration.source
         assert cited, key
 
 

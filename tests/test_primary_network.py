@@ -58,7 +58,9 @@ def test_the_nat_follows_the_connections_it_is_given():
     assert minimum(1000) == 2048
 
 
-@pytest.mark.parametrize(("connections", "ports"), [(1, 32), (16, 32), (17, 64), (400, 1024), (512, 1024)])
+@pytest.mark.parametrize(
+    ("connections", "ports"), [(1, 32), (16, 32), (17, 64), (400, 1024), (512, 1024)]
+)
 def test_minimum_is_a_power_of_two_of_at_least_32(connections, ports):
     """Cloud NAT takes only a power of two >= 32 as the dynamic minimum (terraform-provider-google
     resource_compute_router_nat.go, enable_dynamic_port_allocation)."""

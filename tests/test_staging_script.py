@@ -379,11 +379,15 @@ def test_missing_setting_is_named() -> None:
 
 
 @pytest.mark.parametrize("workers", ["0", "four", "-1"])
-def test_bad_download_concurrency_is_named_before_anything_is_staged(world: World, workers: str) -> None:
+def test_bad_download_concurrency_is_named_before_anything_is_staged(
+    world: World, workers: str
+) -> None:
     """STAGING_DOWNLOAD_WORKERS must be a positive integer; anything else stops the script with
     the variable and its value, before the bucket is touched."""
     env = {**world.env(), "STAGING_DOWNLOAD_WORKERS": workers}
-    done = subprocess.run([sys.executable, str(STAGE)], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, str(STAGE)], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode != 0
     assert f"STAGING_DOWNLOAD_WORKERS={workers!r}" in done.stderr
     assert not world.data.exists()

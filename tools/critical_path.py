@@ -74,9 +74,13 @@ def staging_mbps(workers: int = model_staging.DOWNLOAD_WORKERS) -> float:
 
 # Before the model: the ~0.4 GB python image from the in-region mirror, pip's pinned wheels
 # from PyPI, verl's blobless clone and GSM8K (7.5k rows).
-STAGING_SETUP = Duration(2, "assumption: image pull from the mirror, pinned wheels, verl clone, GSM8K")
+STAGING_SETUP = Duration(
+    2, "assumption: image pull from the mirror, pinned wheels, verl clone, GSM8K"
+)
 # On Autopilot the pod first needs a node (no system pool waits for it), like a CPU pool's.
-AUTOPILOT_NODE = Duration(5, "assumption: Autopilot provisions a general-purpose node, as a CPU pool boots")
+AUTOPILOT_NODE = Duration(
+    5, "assumption: Autopilot provisions a general-purpose node, as a CPU pool boots"
+)
 
 
 def staging_duration(autopilot: bool) -> Duration:
@@ -91,7 +95,8 @@ def staging_duration(autopilot: bool) -> Duration:
         f"once, each at 1/{model_staging.DOWNLOAD_WORKERS} of hf_transfer's ~{HF_TRANSFER_MBPS:g} "
         f"MB/s (huggingface/hf_transfer README) then one GCS upload stream at "
         f"{GCS_STREAM_MBPS:g} MB/s (assumption: no published per-stream figure); the script's "
-        f"own pipeline allows {PIPELINE_MBPS:.0f} MB/s at its measured CPU cost (make bench) and the node "
+        f"own pipeline allows {PIPELINE_MBPS:.0f} MB/s at its measured CPU cost (make bench) "
+        "and the node "
         f"{NODE_MBPS:g} MB/s (cloud.google.com/compute/docs/network-bandwidth)",
     )
 
@@ -118,7 +123,9 @@ def cluster_check_duration() -> Duration:
     )
 
 
-CLUSTER_CHECK_SCRIPT = Path(__file__).resolve().parents[1] / "components/ray/checks/cluster_check_script.py"
+CLUSTER_CHECK_SCRIPT = (
+    Path(__file__).resolve().parents[1] / "components/ray/checks/cluster_check_script.py"
+)
 
 
 def _script_defaults(path: Path) -> dict[str, int]:
@@ -127,10 +134,12 @@ def _script_defaults(path: Path) -> dict[str, int]:
     found = {}
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
-            flag = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+            first = node.args[0] if node.args else None
+            flag = first.value if isinstance(first, ast.Constant) else None
             default = next((k.value for k in node.keywords if k.arg == "default"), None)
-            if isinstance(flag, str) and isinstance(default, ast.Constant) and isinstance(default.value, int):
-                found[flag.lstrip("-")] = default.value
+            value = default.value if isinstance(default, ast.Constant) else None
+            if isinstance(flag, str) and isinstance(value, int):
+                found[flag.lstrip("-")] = value
     return found
 
 
@@ -227,7 +236,8 @@ def critical_path(recording: mockrun.Recording, final_type: str = FINAL) -> list
             deps = waits_for(resource, set(custom))
             latest = max(deps, key=done_at, default=None)
             before[urn] = latest
-            finish[urn] = (done_at(latest) if latest else 0.0) + duration(resource, autopilot).minutes
+            started = done_at(latest) if latest else 0.0
+            finish[urn] = started + duration(resource, autopilot).minutes
         return finish[urn]
 
     final = recording.one(final_type)
@@ -314,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _, recording = plan.run_program(args.stack, args.mode)
     ray_ready = critical_path(recording, RAY_CLUSTER)[-1].done_at
-    print(report(args.stack, args.mode, critical_path(recording), ray_ready, staging_step(recording)))
+    chain = critical_path(recording)
+    print(report(args.stack, args.mode, chain, ray_ready, staging_step(recording)))
     return 0
 
 
