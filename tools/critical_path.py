@@ -35,9 +35,8 @@ class Duration:
 
 
 # --- Staging (components/storage/model_staging.py), an estimate from sourced figures. ---
-# The default model, Qwen2.5-32B-Instruct in bf16: 32.8 B parameters x 2 bytes (its model card);
-# the tutorial's "about 66 GB".
-MODEL_GB = 65.5
+# The default model, Qwen2.5-32B-Instruct: "about 66 GB" (TUTORIAL.md, "Model and data staging").
+MODEL_GB = 66.0
 # hf_transfer's own ceiling: "a power user tool, to go beyond ~500MB/s on very high bandwidth
 # network" (huggingface/hf_transfer README). A figure the tool is built for, not a guarantee of
 # the Hugging Face CDN.
@@ -59,8 +58,8 @@ PIPELINE_MBPS = (
     int(model_staging.CONTAINER_RESOURCES["requests"]["cpu"]) / PIPELINE_CPU_S_PER_GB * 1000
 )
 # The system pool's c2-standard-16 egress cap, 32 Gbps (cloud.google.com/compute/docs/
-# network-bandwidth, "per-VM maximum egress bandwidth"): never the bound here, listed so it is
-# seen to have been checked.
+# network-bandwidth, per-VM maximum egress bandwidth), which the uploads to GCS count against:
+# never the bound here, listed so it is seen to have been checked.
 NODE_MBPS = 32_000 / 8
 
 

@@ -97,7 +97,7 @@ STAGING_IMAGE = "python:3.12.12-bookworm"
 # 0.36.0 hands hf_transfer the /resolve/ URL itself (file_download.py:1592, the CDN location is
 # taken only when there is no Xet metadata), so every 10 MB range request would count against the
 # Hub's resolver rate limit (3000 per 5 min anonymous, 5000 with a free account's token,
-# huggingface.co/docs/hub/rate-limits): 66 GB is about 6600 of them. With hf_xet such a file
+# huggingface.co/docs/hub/rate-limits): 66 GB is about 6300 of them. With hf_xet such a file
 # comes from Xet storage instead, with its per-file streams pinned by
 # HF_XET_FIXED_DOWNLOAD_CONCURRENCY (model_staging.staging_env). datasets and its imports serve
 # verl's examples/data_preprocess/gsm8k.py (it imports `datasets` and verl.utils.hdfs_io only).
