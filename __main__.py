@@ -38,6 +38,7 @@ from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
 from components.schema import config, names
 from components.schema.run import checkpoint_uri, runtime_env
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
+from components.storage import model_staging
 from components.storage.model_staging import ModelStaging, ModelStagingArgs
 
 cfg = config.from_pulumi()
@@ -77,7 +78,12 @@ primary = None
 if not cfg.network:
     primary = PrimaryNetwork(
         "primary-network",
-        PrimaryNetworkArgs(project=cfg.project, region=cfg.region, cluster_name=cfg.cluster),
+        PrimaryNetworkArgs(
+            project=cfg.project,
+            region=cfg.region,
+            cluster_name=cfg.cluster,
+            egress_connections_per_vm=model_staging.PEAK_CONNECTIONS,
+        ),
     )
 
 # The nodes' roles are granted, and their way out exists, before any node starts (logging,

@@ -1,6 +1,6 @@
 """`make bench`: every benchmark of the project, one after the other."""
 
-from bench import grpo_job_bench, plan_bench
+from bench import grpo_job_bench, plan_bench, staging_bench
 
 
 def main() -> None:
@@ -8,6 +8,8 @@ def main() -> None:
     plan_bench.main([])
     print("\n== GrpoJob create -> RUNNING vs Ray's CLI and raw client ==")
     grpo_job_bench.main()
+    print("\n== staging script: model pipeline with a fake hub and a local sink ==")
+    staging_bench.main()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The critical path of `pulumi up` (tools/critical_path.py) and the parallelism it relies on.
 
 What may run at the same time must not wait for each other: staging needs the bucket, its grant
-and a CPU node, never the GPU pool; the KubeRay operator, the DRA driver and the head's
+and a CPU node, never the GPU pool, and its branch ends before the GPU branch; the KubeRay operator, the DRA driver and the head's
 NetworkPolicy install while GPU nodes are created; only the RayCluster waits for them.
 """
 
@@ -69,23 +69,65 @@ def test_the_critical_path_is_a_chain_of_waits_to_the_first_step(stack, mode):
     for earlier, later in zip(chain, chain[1:]):
         assert earlier.resource.urn in critical_path.waits_for(later.resource, custom)
     assert chain[-1].done_at == pytest.approx(sum(step.duration.minutes for step in chain))
-    names = [step.resource.name for step in chain]
-    assert "staging-job" in names  # 66 GB of model outweighs GPU nodes plus the image pull
+
+
+@pytest.mark.parametrize(("stack", "mode"), STACK_MODES)
+def test_staging_ends_before_the_gpu_branch_and_is_off_the_critical_path(stack, mode):
+    """The path to the first step runs through the cluster, the GPU nodes and the RayCluster,
+    never through staging, whose branch ends first: with the estimate's throughput, and with
+    half of it, so an estimate off by 2x still leaves the GPUs never waiting for the model."""
+    _, recording = rendered(stack, mode)
+    names = [step.resource.name for step in critical_path.critical_path(recording)]
+    assert "staging-job" not in names and "ray-ray-cluster" in names
+    ray_ready = critical_path.critical_path(recording, RAY_CLUSTER)[-1].done_at
+    staging_ready = critical_path.staging_done_at(recording)
+    assert staging_ready is not None and staging_ready < ray_ready
+    model = critical_path.MODEL_GB * 1000 / critical_path.staging_mbps() / 60
+    assert staging_ready + model < ray_ready  # the model part twice as long
+
+
+def test_staging_throughput_is_bounded_by_its_sources():
+    """The staging estimate is the least of its cited ceilings: never above hf_transfer's, the
+    node's or the measured pipeline's, and lower with fewer files at once."""
+    mbps = critical_path.staging_mbps()
+    ceilings = (critical_path.HF_TRANSFER_MBPS, critical_path.NODE_MBPS, critical_path.PIPELINE_MBPS)
+    assert mbps <= min(ceilings)
+    assert critical_path.staging_mbps(workers=1) < mbps
+    duration = critical_path.DURATIONS[critical_path.STAGING_JOB]
+    assert f"{mbps:.0f} MB/s" in duration.source and "hf_transfer" in duration.source
+
+
+def test_the_cluster_check_estimate_comes_from_its_script():
+    """The check's duration is read from its script's all-reduce and read sizes at their floors,
+    not a placeholder: it names them and takes more than Ray's start-up alone."""
+    defaults = critical_path._script_defaults(critical_path.CLUSTER_CHECK_SCRIPT)
+    assert {"size-mb", "iters", "read-mb"} <= set(defaults)
+    duration = critical_path.DURATIONS[critical_path.CLUSTER_CHECK]
+    assert duration.minutes > 1
+    assert f"{defaults['read-mb']} MiB" in duration.source
+    assert f"{defaults['size-mb']} MiB" in duration.source
 
 
 def test_every_duration_says_where_it_comes_from():
-    """A figure is cited or marked as an assumption."""
+    """A figure is cited, marked as an assumption, or an estimate that names its figures."""
     for key, duration in critical_path.DURATIONS.items():
         assert duration.minutes > 0, key
-        assert duration.source.startswith("assumption:") or "cloud.google.com" in duration.source, key
+        marked = duration.source.startswith(("assumption:", "estimate:"))
+        cited = marked or "cloud.google.com" in duration.source
+        assert cited, key
 
 
 def test_the_report_names_the_path_and_the_estimate():
-    """What `make critical-path` prints: each step with its finish time, the estimate, sources."""
+    """What `make critical-path` prints: each step with its finish time, the estimate, sources,
+    and staging's own branch with its estimate."""
     _, recording = rendered("a4x", "standard")
     chain = critical_path.critical_path(recording)
     ray_ready = critical_path.critical_path(recording, RAY_CLUSTER)[-1].done_at
-    text = critical_path.report("a4x", None, chain, ray_ready)
+    staging = critical_path.staging_step(recording)
+    text = critical_path.report("a4x", None, chain, ray_ready, staging)
     assert f"Estimate to the first training step: {chain[-1].done_at:.0f} min" in text
     assert "gke-cluster" in text and "assumption:" in text
     assert ray_ready < chain[-1].done_at
+    # Staging is off the path, so its estimate is shown on its own, with its sources.
+    assert f"staging is done after {staging.done_at:.0f} min" in text
+    assert f"Staging, on its own branch: +{staging.duration.minutes:g} min, estimate:" in text

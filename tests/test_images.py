@@ -38,8 +38,9 @@ def _images(value: Any) -> Iterator[str]:
 
 @pytest.mark.parametrize(("stack", "mode"), STACK_MODES)
 def test_every_verl_and_staging_image_comes_through_the_regions_mirror(stack, mode):
-    """No pod pulls verlai/verl from Docker Hub: the RayCluster's and the staging Job's images
-    all come from the stack's remote repository in the cluster's region, which they wait for."""
+    """No pod pulls from Docker Hub: the RayCluster's verl image and the staging Job's Python
+    image come from the stack's remote repository in the cluster's region, which they wait for;
+    staging never pulls the training image."""
     _, recording = rendered(stack, mode)
     repo = recording.one(REPOSITORY)
     inputs = repo.plain_inputs
@@ -51,11 +52,13 @@ def test_every_verl_and_staging_image_comes_through_the_regions_mirror(stack, mo
     pods = [recording.one("kubernetes:ray.io/v1:RayCluster"), recording.one("kubernetes:batch/v1:Job", "staging-job")]
     for pod_owner in pods:
         images = set(_images(pod_owner.plain_inputs["spec"]))
-        verl = {i for i in images if "verlai/verl" in i}
-        assert verl, pod_owner.name
-        assert all(i.startswith(prefix) for i in verl), verl
+        assert images and all(i.startswith(prefix) for i in images), (pod_owner.name, images)
         assert repo.urn in pod_owner.dependencies
-    assert f"{prefix}{pins.VERL_IMAGES[profile(stack).arch]}" in set(_images(pods[0].plain_inputs["spec"]))
+    ray_images, staging_images = (set(_images(p.plain_inputs["spec"])) for p in pods)
+    assert f"{prefix}{pins.VERL_IMAGES[profile(stack).arch]}" in ray_images
+    # Docker Hub's official images live under library/ in a remote repository.
+    assert staging_images == {f"{prefix}library/{pins.STAGING_IMAGE}"}
+    assert not any("verlai/verl" in i for i in staging_images)
 
 
 def test_two_stacks_have_their_own_mirror():

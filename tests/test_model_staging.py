@@ -16,7 +16,7 @@ import pytest
 
 from components.facts import pins
 from components.schema.staging import StagingConfig, staging_problems
-from components.storage.model_staging import SCRIPT, ModelStaging, ModelStagingArgs
+from components.storage.model_staging import SCRIPT, ModelStaging, ModelStagingArgs, staging_env
 from tests.k8s_schemas import validate
 from tools import mockrun
 
@@ -140,7 +140,8 @@ def test_job_is_bounded_and_awaited(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_pod_mounts_the_bucket_and_the_script(rendered: mockrun.Recording) -> None:
     """The pod mounts the bucket (GCS FUSE, inline) at /data with a sized gcsfuse sidecar, and runs the
-    script from a ConfigMap holding exactly components/storage/staging/stage.py."""
+    script from a ConfigMap holding exactly components/storage/staging/stage.py and the pinned
+    wheels, which it installs first (exact versions, no resolver)."""
     job = _job(rendered)
     pod = job["spec"]["template"]["spec"]
     annotations = job["spec"]["template"]["metadata"]["annotations"]
@@ -157,9 +158,43 @@ def test_pod_mounts_the_bucket_and_the_script(rendered: mockrun.Recording) -> No
     assert "implicit-dirs" in volumes["bucket"]["csi"]["volumeAttributes"]["mountOptions"].split(",")
     assert mounts["bucket"] == "/data"
     assert pod["serviceAccountName"] == "verl-ray"
-    assert config_map["data"] == {"stage.py": SCRIPT.read_text()}
+    assert config_map["data"] == {
+        "stage.py": SCRIPT.read_text(),
+        "requirements.txt": "".join(f"{w}\n" for w in pins.STAGING_WHEELS),
+    }
     assert volumes["script"]["configMap"]["name"] == config_map["metadata"]["name"]
-    assert _container(job)["command"] == ["python3", f"{mounts['script']}/stage.py"]
+    shell, flag, command = _container(job)["command"]
+    assert (shell, flag) == ("sh", "-c")
+    install, run = command.split(" && ")
+    assert "pip install" in install and "--no-deps" in install
+    assert f"--requirement {mounts['script']}/requirements.txt" in install
+    assert run == f"exec python3 {mounts['script']}/stage.py"
+
+
+def test_staging_wheels_are_exact_and_complete() -> None:
+    """Every wheel is one exact version (nothing floats under --no-deps), each package once,
+    and the closure holds what stage.py and verl's gsm8k.py import, hf_xet included (without it
+    a Xet-backed file's range requests would all hit the Hub's rate-limited resolver)."""
+    names = [w.split("==")[0].lower().replace("_", "-") for w in pins.STAGING_WHEELS]
+    assert all(w.count("==") == 1 and w.split("==")[1] for w in pins.STAGING_WHEELS)
+    assert len(names) == len(set(names))
+    assert {"huggingface-hub", "hf-transfer", "hf-xet", "datasets", "pyarrow", "pandas"} <= set(names)
+    assert "huggingface-hub==0.36.0" in [w.lower().replace("_", "-") for w in pins.STAGING_WHEELS]
+
+
+def test_download_concurrency_is_set_by_the_component() -> None:
+    """stage.py fetches as many files at once as the component says, hf_transfer is on and
+    hf_xet's streams per file are pinned to the same figure as hf_transfer's: one peak, which
+    the Cloud NAT is sized from."""
+    from components.storage import model_staging
+
+    env = staging_env(StagingConfig())
+    assert env["STAGING_DOWNLOAD_WORKERS"] == str(model_staging.DOWNLOAD_WORKERS)
+    assert env["HF_HUB_ENABLE_HF_TRANSFER"] == "1"
+    assert env["HF_XET_FIXED_DOWNLOAD_CONCURRENCY"] == str(model_staging.CONNECTIONS_PER_FILE)
+    assert model_staging.PEAK_CONNECTIONS == (
+        model_staging.DOWNLOAD_WORKERS * model_staging.CONNECTIONS_PER_FILE
+    )
 
 
 def test_env_gives_the_script_every_setting_and_the_published_paths(

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from components.storage.model_staging import DOWNLOAD_WORKERS
+
 STAGE = Path(__file__).resolve().parents[1] / "components" / "storage" / "staging" / "stage.py"
 
 TOKEN = "hf_fixture_token_must_never_be_printed"
@@ -29,11 +31,11 @@ REV_B = "b" * 40
 REV_BROKEN = "c" * 40  # its download fails halfway
 REV_SHARDED = "d" * 40  # eight weight shards, like a real checkpoint
 
-# Mimics verl's script: same flags, imports `verl` (so the staged checkout must be on the path),
-# and records which verl wrote each file.
+# Mimics verl's script: same flags, imports verl.utils.hdfs_io as the real one does (so the staged
+# checkout must be the one imported), and records which verl wrote each file.
 STAND_IN_GSM8K = '''
 import argparse, json, os
-import verl
+from verl.utils.hdfs_io import VERSION
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--local_dataset_path")
@@ -43,7 +45,7 @@ with open(os.path.join(args.local_dataset_path, "gsm8k.json")) as f:
     raw = json.load(f)
 for split in ("train", "test"):
     rows = [
-        {"question": r["question"], "answer": r["answer"].split("#### ")[1], "verl": verl.VERSION}
+        {"question": r["question"], "answer": r["answer"].split("#### ")[1], "verl": VERSION}
         for r in raw[split]
     ]
     with open(os.path.join(args.local_save_dir, f"{split}.parquet"), "w") as f:
@@ -145,7 +147,17 @@ class World:
     def run(
         self, *, ref: str | None = None, revision: str = REV_A, hub_delay_s: float = 0.0
     ) -> subprocess.CompletedProcess:
-        env = {
+        env = self.env(ref=ref, revision=revision, hub_delay_s=hub_delay_s)
+        done = subprocess.run(
+            [sys.executable, str(STAGE)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert TOKEN not in done.stdout + done.stderr, "the Hugging Face token was printed"
+        return done
+
+    def env(
+        self, *, ref: str | None = None, revision: str = REV_A, hub_delay_s: float = 0.0
+    ) -> dict[str, str]:
+        return {
             "FAKE_HUB_DELAY_S": str(hub_delay_s),
             "PATH": "/usr/bin:/bin",
             "HOME": str(self.root),
@@ -165,12 +177,8 @@ class World:
             "STAGING_MODEL_DIR": str(self.model_dir),
             "STAGING_MARKER": str(self.marker),
             "STAGING_WORK_DIR": str(self.work_dir),
+            "STAGING_DOWNLOAD_WORKERS": str(DOWNLOAD_WORKERS),
         }
-        done = subprocess.run(
-            [sys.executable, str(STAGE)], env=env, capture_output=True, text=True, timeout=120
-        )
-        assert TOKEN not in done.stdout + done.stderr, "the Hugging Face token was printed"
-        return done
 
     def remove_sources(self, *, hub: bool = False) -> None:
         """Take away what a step would need, so a step that runs anyway fails the test."""
@@ -211,7 +219,10 @@ def _commit_verl(repo: Path, version: str) -> str:
     for stale in (repo / "verl").glob("only_in_*.py"):
         stale.unlink()  # each version has a module the other lacks
     _write(repo / "verl" / f"only_in_{version}.py", "")
-    _write(repo / "verl" / "__init__.py", f"VERSION = {version!r}\n")
+    # verl's real package __init__ files import torch and ray, which the staging image lacks.
+    for init in (repo / "verl" / "__init__.py", repo / "verl" / "utils" / "__init__.py"):
+        _write(init, 'raise ImportError("No module named torch")\n')
+    _write(repo / "verl" / "utils" / "hdfs_io.py", f"VERSION = {version!r}\n")
     _write(repo / "examples" / "data_preprocess" / "gsm8k.py", textwrap.dedent(STAND_IN_GSM8K))
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", f"verl {version}")
@@ -261,7 +272,7 @@ def test_first_run_stages_verl_gsm8k_and_model(world: World) -> None:
 
     assert done.returncode == 0, done.stderr
     verl = world.data / "verl"
-    assert (verl / "verl" / "__init__.py").read_text() == "VERSION = 'A'\n"
+    assert (verl / "verl" / "utils" / "hdfs_io.py").read_text() == "VERSION = 'A'\n"
     assert not (verl / ".git").exists(), "the clone's .git must not be copied into the bucket"
     for name in ("train.parquet", "test.parquet"):
         rows = gsm8k_rows(world, name)
@@ -327,7 +338,7 @@ def test_changed_verl_ref_restages_verl_and_gsm8k_and_keeps_checkpoints(world: W
     done = world.run(ref=world.ref_b)
 
     assert done.returncode == 0, done.stderr
-    assert (world.data / "verl" / "verl" / "__init__.py").read_text() == "VERSION = 'B'\n"
+    assert (world.data / "verl" / "verl" / "utils" / "hdfs_io.py").read_text() == "VERSION = 'B'\n"
     # Nothing of ref A survives: a module B deleted must not stay importable from PYTHONPATH.
     assert sorted(p.name for p in (world.data / "verl" / "verl").glob("only_in_*.py")) == [
         "only_in_B.py"
@@ -367,6 +378,21 @@ def test_missing_setting_is_named() -> None:
     assert "STAGING_MODEL_REVISION" in done.stderr and "STAGING_VERL_REF" in done.stderr
 
 
+@pytest.mark.parametrize("workers", ["0", "four", "-1"])
+def test_bad_download_concurrency_is_named_before_anything_is_staged(
+    world: World, workers: str
+) -> None:
+    """STAGING_DOWNLOAD_WORKERS must be a positive integer; anything else stops the script with
+    the variable and its value, before the bucket is touched."""
+    env = {**world.env(), "STAGING_DOWNLOAD_WORKERS": workers}
+    done = subprocess.run(
+        [sys.executable, str(STAGE)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert f"STAGING_DOWNLOAD_WORKERS={workers!r}" in done.stderr
+    assert not world.data.exists()
+
+
 def test_unknown_verl_ref_fails_with_gits_reason_and_stages_nothing(world: World) -> None:
     """A ref the repository lacks stops the run with git's message; nothing is staged or marked."""
     done = world.run(ref="0badc0de")
@@ -395,26 +421,16 @@ def test_checkpoints_parked_by_a_run_that_died_are_restored(world: World) -> Non
 
 
 def test_model_files_are_written_several_at_once(world: World) -> None:
-    """Eight shards that each take 0.4 s at the hub are written MODEL_DOWNLOAD_WORKERS at a
-    time, never more (the sidecar's disk is sized for that many files in flight), all of them."""
+    """Eight shards that each take 0.4 s at the hub are written DOWNLOAD_WORKERS at a time
+    (the component's setting), never more (the sidecar's disk is sized for that many files in
+    flight), all of them."""
     done = world.run(revision=REV_SHARDED, hub_delay_s=0.4)
     assert done.returncode == 0, done.stderr
     assert model_files(world) == MODEL_FILES[REV_SHARDED]
     timing = [json.loads(line) for line in (world.root / "hub-timing.jsonl").read_text().splitlines()]
     assert len(timing) == 8
     in_flight = max(sum(t["start"] <= moment < t["end"] for t in timing) for moment in (t["start"] for t in timing))
-    assert in_flight == _stage_constant("MODEL_DOWNLOAD_WORKERS") == 4
+    assert in_flight == DOWNLOAD_WORKERS == 4
     span = max(t["end"] for t in timing) - min(t["start"] for t in timing)
     assert span < 8 * 0.4 / 2  # one at a time would take 3.2 s
-
-
-def _stage_constant(name: str) -> int:
-    """A module-level constant of the staging script, read without importing it."""
-    import ast
-
-    tree = ast.parse(STAGE.read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{name} is not defined in {STAGE}")
 

@@ -77,8 +77,64 @@ STAGING_MODEL_ID = "Qwen/Qwen2.5-32B-Instruct"
 STAGING_MODEL_REVISION = "5ede1c97bbab6ce5cda5812749b4c0bdf79b18dd"
 
 # Image of the staging Job, which runs on the amd64 CPU system pool on every target (A4X's GPU
-# nodes are arm64, its system pool is not). verl's gsm8k.py imports `verl`, whose package imports
-# torch, tensordict and datasets, so a slim Python image would have to install verl's whole
-# dependency set at run time; the amd64 training image already has them, plus git and hf_transfer
-# (its base, vllm/vllm-openai, installs both), and it is the image a4 / a3u training pulls anyway.
-STAGING_IMAGE = VERL_IMAGES[Arch.AMD64]
+# nodes are arm64, its system pool is not). Not the ~25 GB training image: staging needs Python,
+# git (verl's source) and a few wheels. Docker Hub's official Python image, the full Debian
+# variant because it ships git (its Dockerfile builds on buildpack-deps:bookworm, whose `scm`
+# layer installs git); ~0.4 GB compressed, pulled through the stack's mirror. A tag, not a
+# digest (the registry is not reachable from where this is written): pin the digest with
+# `crane digest python:3.12.12-bookworm` and write `python@sha256:...`, the program accepts both.
+# There is no Docker here to build an image, so the wheels below are installed when the Job
+# starts (`pip install --no-deps` of exact versions: ~25 s, components/storage/model_staging.py).
+STAGING_IMAGE = "python:3.12.12-bookworm"
+
+# What stage.py imports, exact versions, installed with --no-deps so nothing floats (pip's
+# resolver is not run). The list is pip's own resolution of `datasets==4.4.1
+# huggingface_hub==0.36.0 hf_transfer==0.1.9` for CPython 3.12 on manylinux x86_64 (`pip install
+# --dry-run --report`, 2026-12-01). huggingface_hub 0.36.0 is the last release that still uses
+# hf_transfer (1.0.0 constants.py:219: "hf_transfer is not used anymore"), which opens
+# HF_TRANSFER_CONCURRENCY = 100 connections per file (0.36.0 constants.py:38, file_download.py:470).
+# hf_xet is kept, not only because 0.36.0 requires it on x86_64: for a Xet-backed file without it,
+# 0.36.0 hands hf_transfer the /resolve/ URL itself (file_download.py:1592, the CDN location is
+# taken only when there is no Xet metadata), so every 10 MB range request would count against the
+# Hub's resolver rate limit (3000 per 5 min anonymous, 5000 with a free account's token,
+# huggingface.co/docs/hub/rate-limits): 66 GB is about 6300 of them. With hf_xet such a file
+# comes from Xet storage instead, with its per-file streams pinned by
+# HF_XET_FIXED_DOWNLOAD_CONCURRENCY (model_staging.staging_env). datasets and its imports serve
+# verl's examples/data_preprocess/gsm8k.py (it imports `datasets` and verl.utils.hdfs_io only).
+STAGING_WHEELS = (
+    "datasets==4.4.1",
+    "huggingface-hub==0.36.0",
+    "hf_transfer==0.1.9",
+    "hf-xet==1.8.0",
+    "dill==0.4.0",
+    "fsspec==2025.10.0",
+    "httpx==0.28.1",
+    "httpcore==1.0.9",
+    "multiprocess==0.70.18",
+    "numpy==2.4.6",
+    "packaging==26.4",
+    "pyarrow==26.0.1",
+    "PyYAML==6.0.4",
+    "requests==2.34.2",
+    "tqdm==4.70.1",
+    "typing_extensions==4.16.0",
+    "filelock==4.3.1",
+    "pandas==3.1.1",
+    "xxhash==4.1.0",
+    "aiohttp==3.14.5",
+    "certifi==2026.10.19.post1",
+    "charset-normalizer==3.5.3",
+    "idna==3.20",
+    "python-dateutil==4.0.0",
+    "urllib3==2.8.0",
+    "anyio==4.16.0",
+    "aiohappyeyeballs==2.7.1",
+    "aiosignal==1.4.0",
+    "attrs==26.1.0",
+    "frozenlist==1.8.0",
+    "h11==0.16.0",
+    "multidict==7.2.1",
+    "propcache==0.5.4",
+    "yarl==1.25.1",
+    "tzdata==2026.6",
+)

@@ -2,10 +2,14 @@
 
 The tutorial stages the model (about 66 GB), GSM8K and verl's source from a workstation by hand.
 This Job does it in the cluster, through the same bucket (mounted as an inline GCS FUSE volume,
-so it never waits for the Ray pods' claim) and workload identity the Ray pods use: verl at `pins.VERL_REF` to /data/verl, GSM8K preprocessed by verl's own script to
-/data/gsm8k, the model at a pinned revision to /data/<name>. The work is
-components/storage/staging/stage.py, shipped in a ConfigMap so the image needs no build; it is idempotent
-(a marker in the bucket), so a re-run with unchanged values finishes in seconds.
+so it never waits for the Ray pods' claim) and workload identity the Ray pods use: verl at
+`pins.VERL_REF` to /data/verl, GSM8K preprocessed by verl's own script to /data/gsm8k, the model
+at a pinned revision to /data/<name>. The work is components/storage/staging/stage.py, shipped in
+a ConfigMap with its pinned wheels, so a stock Python image runs it and nothing is built; it is
+idempotent (a marker in the bucket), so a re-run with unchanged values finishes in seconds.
+
+It runs on the CPU system pool, so it starts once that pool exists (about as soon as the control
+plane does) and never waits for GPU nodes; docs/staging.md says why here and not on Cloud Run.
 
 `pulumi up` waits for the Job with the provider's built-in Job await (done when the Job is
 Complete, failed as soon as it is Failed) and the program makes the GrpoJob depend on this
@@ -48,11 +52,28 @@ TYPE_TOKEN = "verl-gke:index:ModelStaging"
 
 SCRIPT = Path(__file__).parent / "staging" / "stage.py"
 SCRIPT_MOUNT = "/opt/verl-gke-staging"
+REQUIREMENTS = "requirements.txt"  # pins.STAGING_WHEELS, next to the script in its ConfigMap
 
 # The bucket layout the RayCluster and GrpoJob read (TUTORIAL.md "Model and data staging").
 MARKER_PATH = f"{DATA_MOUNT}/.verl-gke-staging.json"
 WORK_PATH = f"{DATA_MOUNT}/.verl-gke-staging"  # scratch space; on the mount so renames are moves
 
+
+# Model files downloaded at once, each over CONNECTIONS_PER_FILE connections. Sized for the
+# machine the Job runs on: hf_transfer writes a file out of order, so gcsfuse stages the whole
+# file on the sidecar's disk until close and uploads it then; four shards of about 4 GB in flight
+# (Qwen2.5-32B) is 16 GB, under half of SIDECAR_ANNOTATIONS' 40 GiB, and four uploads at once is
+# what the sidecar's 4-CPU limit drives (bench/staging_bench.py measures the script's side).
+DOWNLOAD_WORKERS = 4
+# Connections per file, whichever way a file comes: hf_transfer's is huggingface_hub's
+# HF_TRANSFER_CONCURRENCY, a constant, not a setting (0.36.0, the pinned version: constants.py:38,
+# passed as `max_files` at file_download.py:470); a Xet-backed file goes through hf_xet instead,
+# whose streams per file this pins to the same figure (HF_XET_FIXED_DOWNLOAD_CONCURRENCY, which
+# "pins concurrency to a fixed value, bypassing the adaptive controller", huggingface_hub docs).
+CONNECTIONS_PER_FILE = 100
+# What the staging pod opens at its busiest, all to the Hugging Face CDN through the node's Cloud
+# NAT: the figure the NAT's ports per VM are sized from (components/network/primary_network.py).
+PEAK_CONNECTIONS = DOWNLOAD_WORKERS * CONNECTIONS_PER_FILE
 
 # Failed pods before the Job is Failed. A retry resumes (the model download keeps its partial
 # files), so two retries ride out a preempted node or a dropped connection without looping on a
@@ -62,15 +83,15 @@ BACKOFF_LIMIT = 2
 # long is reported by Kubernetes as DeadlineExceeded rather than by Pulumi as a bare timeout.
 AWAIT_MARGIN_MINUTES = 5
 
-# The staging container: git and verl's imports (torch) for GSM8K, hf_transfer for the model. Its
-# own disk holds only the verl clone and the GSM8K download; the model goes straight to the mount.
+# The staging container: pip's wheels, the verl clone and the GSM8K download on its own disk;
+# the model goes straight to the mount.
 CONTAINER_RESOURCES = {
     "requests": {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "10Gi"},
     "limits": {"memory": "8Gi", "ephemeral-storage": "10Gi"},
 }
 # The gcsfuse sidecar. The defaults suit light reads; this Job writes 66 GB. hf_transfer writes
 # each file out of order, so gcsfuse stages the whole file on the sidecar's disk until close
-# (streaming writes need sequential ones): stage.py fetches 4 files at once, shards of ~4 GB, so
+# (streaming writes need sequential ones): DOWNLOAD_WORKERS files at once, shards of ~4 GB, so
 # 16 GB in flight, doubled for headroom. CPU and memory: uploading four files at once at line
 # rate (TLS, checksums) needs more than the sidecar's defaults.
 SIDECAR_ANNOTATIONS = {
@@ -108,7 +129,9 @@ class ModelStagingArgs:
     tolerations: Sequence[Mapping[str, Any]] = ()
     hf_secret_name: pulumi.Input[str] = HF_SECRET_NAME  # Secret holding the Hugging Face token
     hf_secret_key: pulumi.Input[str] = HF_SECRET_KEY  # its key
-    image: str = pins.STAGING_IMAGE  # needs python3, git, verl's imports and huggingface_hub
+    # Needs python3 (3.12, which pins.STAGING_WHEELS are resolved for), pip and git; default:
+    # pins.STAGING_IMAGE, which __main__ passes through the stack's Docker Hub mirror.
+    image: str = pins.STAGING_IMAGE
 
 
 class ModelStaging(pulumi.ComponentResource):
@@ -155,15 +178,15 @@ class ModelStaging(pulumi.ComponentResource):
     def _job(
         self, name: str, args: ModelStagingArgs, opts: pulumi.ResourceOptions | None
     ) -> k8s.batch.v1.Job:
-        script = SCRIPT.read_text()
+        files = {SCRIPT.name: SCRIPT.read_text(), REQUIREMENTS: requirements()}
         env = staging_env(args.staging)
-        digest = _digest(env, script)
+        digest = _digest(env, files)
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-script",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=f"{name}-script-{digest}", namespace=args.namespace, labels=LABELS
             ),
-            data={SCRIPT.name: script},
+            data=files,
             immutable=True,
             opts=child_options(self, opts),
         )
@@ -215,11 +238,32 @@ def staging_env(cfg: StagingConfig) -> dict[str, str]:
         "STAGING_MODEL_DIR": model_path(cfg.model_id),
         "STAGING_MARKER": MARKER_PATH,
         "STAGING_WORK_DIR": WORK_PATH,
+        "STAGING_DOWNLOAD_WORKERS": str(DOWNLOAD_WORKERS),
+        "HF_HUB_ENABLE_HF_TRANSFER": "1",
+        "HF_XET_FIXED_DOWNLOAD_CONCURRENCY": str(CONNECTIONS_PER_FILE),
     }
 
 
-def _digest(env: Mapping[str, str], script: str) -> str:
-    payload = json.dumps({"env": dict(env), "script": script}, sort_keys=True)
+def requirements() -> str:
+    """The staging wheels as a pip requirements file, one exact version a line."""
+    return "".join(f"{wheel}\n" for wheel in pins.STAGING_WHEELS)
+
+
+def start_command() -> list[str]:
+    """Install the pinned wheels (exact versions, no resolver), then run the script.
+
+    pip reaches PyPI through the node's Cloud NAT with a handful of connections; a failed
+    install fails the pod, which the Job retries like any other failure.
+    """
+    install = (
+        "python3 -m pip install --quiet --no-cache-dir --no-deps --disable-pip-version-check "
+        f"--root-user-action=ignore --requirement {SCRIPT_MOUNT}/{REQUIREMENTS}"
+    )
+    return ["sh", "-c", f"{install} && exec python3 {SCRIPT_MOUNT}/{SCRIPT.name}"]
+
+
+def _digest(env: Mapping[str, str], files: Mapping[str, str]) -> str:
+    payload = json.dumps({"env": dict(env), "files": dict(files)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:10]
 
 
@@ -237,8 +281,7 @@ def _pod_spec(
     container = k8s.core.v1.ContainerArgs(
         name="stage",
         image=args.image,
-        # Set explicitly: the image's entrypoint is vLLM's API server.
-        command=["python3", f"{SCRIPT_MOUNT}/{SCRIPT.name}"],
+        command=start_command(),
         env=[
             *(k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()),
             k8s.core.v1.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"),

@@ -7,8 +7,9 @@ stage and its destination exists:
 
   verl   clone the repository, check out the pinned ref, copy the tree (without .git)
   gsm8k  run verl's own examples/data_preprocess/gsm8k.py from the staged checkout
-  model  the repository's files at the pinned revision, MODEL_DOWNLOAD_WORKERS at a time, each
-         with hf_transfer, written through the mount straight into the bucket
+  model  the repository's files at the pinned revision, STAGING_DOWNLOAD_WORKERS at a time, each
+         over many connections (hf_transfer, or hf_xet for a Xet-backed file), written through
+         the mount straight into the bucket
 
 A step builds its result in a scratch directory under the work directory, on the same mount, and
 renames it into place only when it is complete. Its marker entry is removed before an old result
@@ -19,8 +20,9 @@ The verl step replaces only the entries it stages, so what the training job writ
 /data/verl (checkpoints) survives a new ref; nothing else of the bucket is ever touched.
 
 Everything comes from environment variables (ENV below), so tests can point the clone, the
-dataset and the hub at local fixtures. Plain Python 3 standard library, plus git, verl's
-dependencies and huggingface_hub from the image. Nothing here prints the Hugging Face token.
+dataset and the hub at local fixtures. Plain Python 3 standard library, plus git, and the pinned
+wheels the Job installs (huggingface_hub with hf_transfer and hf_xet, datasets). Nothing here
+prints the Hugging Face token.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ ENV = {
     "model_dir": "STAGING_MODEL_DIR",
     "marker": "STAGING_MARKER",
     "work_dir": "STAGING_WORK_DIR",
+    "download_workers": "STAGING_DOWNLOAD_WORKERS",
 }
 # A local copy of GSM8K for verl's `--local_dataset_path`; unset, verl's script reads
 # openai/gsm8k from the Hub.
@@ -56,11 +59,6 @@ REQUIRED_ENV = tuple(ENV.values())
 
 GSM8K_FILES = ("train.parquet", "test.parquet")
 
-# Files fetched at once. hf_transfer already splits each file over many connections, so four
-# files keep the link busy; the bound matters because hf_transfer writes each file out of order,
-# which makes gcsfuse stage it whole on the sidecar's disk until it is closed (four shards of
-# about 4 GB each for Qwen2.5-32B: the sidecar's ephemeral storage is sized for that).
-MODEL_DOWNLOAD_WORKERS = 4
 # Training's checkpoint directory inside the verl source tree (see Step.keep).
 CHECKPOINTS = "checkpoints"
 
@@ -81,6 +79,9 @@ class Settings:
     model_dir: Path
     marker: Path
     work_dir: Path
+    # Model files fetched at once, set by the component (model_staging.DOWNLOAD_WORKERS), which
+    # sizes it for the staging pod's disk and the Cloud NAT's ports.
+    download_workers: int
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,9 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
     if missing:
         raise SystemExit(f"[stage] missing environment variables: {', '.join(missing)}")
     value = {field: env[name] for field, name in ENV.items()}
+    workers = value["download_workers"]
+    if not workers.isdigit() or int(workers) < 1:
+        raise SystemExit(f"[stage] {ENV['download_workers']}={workers!r} is not a positive integer")
     return Settings(
         verl_repo=value["verl_repo"],
         verl_ref=value["verl_ref"],
@@ -125,6 +129,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         model_dir=Path(value["model_dir"]),
         marker=Path(value["marker"]),
         work_dir=Path(value["work_dir"]),
+        download_workers=int(workers),
     )
 
 
@@ -181,15 +186,32 @@ def clone_verl(s: Settings, scratch: Path) -> None:
         )
 
 
+# Runs verl's gsm8k.py with `verl` and `verl.utils` as bare packages of the staged checkout:
+# their modules import from that tree, but the two `__init__.py` files, which import torch, ray
+# and tensordict (verl/__init__.py imports verl.protocol), never run. The preprocessing itself
+# needs only `datasets` and verl.utils.hdfs_io, which imports the standard library only: so in
+# volcengine/verl's examples/data_preprocess/gsm8k.py from b00f77d85 (2025-04-18) through
+# dfa3933ac (2025-09-09, its last change before b178a3cd5, 2026-01-29, the newest read). The staging image needs neither torch nor the 25 GB
+# training image; a verl whose script imports more fails the gsm8k step with the missing module.
+_BARE_VERL = """
+import runpy, sys, types
+root, script = sys.argv[1], sys.argv[2]
+for name, path in (("verl", root + "/verl"), ("verl.utils", root + "/verl/utils")):
+    package = types.ModuleType(name)
+    package.__path__ = [path]
+    sys.modules[name] = package
+sys.argv = sys.argv[2:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
 def preprocess_gsm8k(s: Settings, scratch: Path) -> None:
     script = s.verl_dir / "examples" / "data_preprocess" / "gsm8k.py"
-    command = [sys.executable, str(script)]
+    command = [sys.executable, "-c", _BARE_VERL, str(s.verl_dir), str(script)]
     if s.gsm8k_source:
         command += ["--local_dataset_path", s.gsm8k_source]
-    # `import verl` must find the staged checkout, not a verl the image may ship; no .pyc files
-    # written into the bucket.
-    pythonpath = os.pathsep.join(p for p in (str(s.verl_dir), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
+    # No .pyc files written into the bucket.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     with tempfile.TemporaryDirectory() as local:
         subprocess.run([*command, "--local_save_dir", local], check=True, env=env, cwd=local)
         for name in GSM8K_FILES:
@@ -200,11 +222,11 @@ def preprocess_gsm8k(s: Settings, scratch: Path) -> None:
 
 
 def download_model(s: Settings, scratch: Path) -> None:
-    """Every file of the model at its revision, MODEL_DOWNLOAD_WORKERS files at once.
+    """Every file of the model at its revision, `download_workers` files at once.
 
     What `snapshot_download` does, with the concurrency in this script's hands: it is the one
-    knob that decides throughput (each file already comes over many connections through
-    hf_transfer) and the sidecar's disk use, so it is set and tested here. A file that fails
+    knob that decides throughput (each file already comes over many connections) and the
+    sidecar's disk use, so it is set and tested here. A file that fails
     fails the step; the files already written stay in the scratch directory for the retry.
     """
     # huggingface_hub reads this when it is imported; imported here so that a run with nothing
@@ -224,7 +246,7 @@ def download_model(s: Settings, scratch: Path) -> None:
             token=token,
         )
 
-    with ThreadPoolExecutor(max_workers=MODEL_DOWNLOAD_WORKERS) as pool:
+    with ThreadPoolExecutor(max_workers=s.download_workers) as pool:
         for _ in pool.map(fetch, files):  # re-raises the first failure
             pass
 
