@@ -144,8 +144,8 @@ def test_micro_batch_must_divide_the_per_gpu_mini_batch():
     run = GrpoRunConfig(ppo_micro_batch_size_per_gpu=48)  # a4: 256 x 8 // 16 = 128
     assert run_problems(run, profile("a4"), 2) == [
         "verl-gke:job.ppoMicroBatchSizePerGpu=48 must divide the per-GPU mini batch "
-        "ppoMiniBatchSize x rolloutN // GPUs = 256 x 8 // 16 = 128: use 1, 2, 4, 8, 16, 32, "
-        "64 or 128"
+        "verl-gke:job.ppoMiniBatchSize=256 (the default for this cluster) x rolloutN 8 // 16 "
+        "GPUs = 128: use 1, 2, 4, 8, 16, 32, 64 or 128"
     ]
 
 

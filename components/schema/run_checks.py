@@ -93,8 +93,8 @@ def batch_problems(run: GrpoRunConfig, user_set: Set[str]) -> list[str]:
     elif per_gpu % run.ppo_micro_batch_size_per_gpu:
         problems.append(
             f"{_named(run, 'ppo_micro_batch_size_per_gpu', user_set)} must "
-            f"divide the per-GPU mini batch ppoMiniBatchSize x rolloutN // GPUs = "
-            f"{run.ppo_mini_batch_size} x {run.rollout_n} // {n_gpus} = {per_gpu}: use "
+            f"divide the per-GPU mini batch {_named(run, 'ppo_mini_batch_size', user_set)} x "
+            f"rolloutN {run.rollout_n} // {n_gpus} GPUs = {per_gpu}: use "
             f"{_divisors(per_gpu)}"
         )
     return problems
@@ -102,7 +102,8 @@ def batch_problems(run: GrpoRunConfig, user_set: Set[str]) -> list[str]:
 
 def _named(run: GrpoRunConfig, field: str, user_set: Set[str]) -> str:
     """`key=value`, marked when the value is a default the user did not set."""
-    text = f"{_key(field)}={getattr(run, field)}"
+    value = getattr(run, field)
+    text = f"{_key(field)}={getattr(value, 'value', value)}"
     return text if field in user_set else f"{text} (the default for this cluster)"
 
 
@@ -157,22 +158,15 @@ def model_problems(run: GrpoRunConfig, profile: HardwareProfile, user_set: Set[s
 def _memory_problem(run, profile, plan, short, user_set) -> str:
     phases = "; ".join(f"{phase} needs ~{need:.0f} GiB of {have:.0f}" for phase, need, have in short)
     fixes = []
-    if plan.offload is not Offload.ALL:
-        nxt = Offload.OPTIMIZER if plan.offload is Offload.NONE else Offload.ALL
-        if fits(memory_plan(run, profile, offload=nxt)):
-            fixes.append(f"set {_key('offload')}: {nxt.value}")
-    micro = [d for d in divisors(plan.micro_batch) if d < plan.micro_batch
-             and fits(memory_plan(run, profile, micro_batch=d))]
-    if micro:
-        fixes.append(f"lower {_key('ppo_micro_batch_size_per_gpu')} to {micro[-1]}")
+    change = _smallest_change(run, profile, plan)
+    if change:
+        fixes.append("set " + " and ".join(f"{_key(k)}: {v}" for k, v in change.items()))
     gpus = run.nnodes * run.n_gpus_per_node
     for group in shard_groups(gpus, run.n_gpus_per_node):
         if group > plan.shard_gpus and fits(memory_plan(run, profile, shard_gpus=group)):
             fixes.append(f"set {_key('fsdp_size')}: {-1 if group == gpus else group}")
             break
-    fixes.append(
-        "add nodes (verl-gke:gpuNodes): FSDP shards the weights and Adam over every GPU"
-    )
+    fixes.append("add nodes (verl-gke:gpuNodes): FSDP shards the weights and Adam over every GPU")
     return (
         f"{plan.shape.model_id} ({plan.shape.parameter_count / 1e9:.1f}B parameters) does not "
         f"fit on {gpus} x {profile.gpu.name} ({profile.gpu.memory_gib:g} GiB) with "
@@ -181,3 +175,33 @@ def _memory_problem(run, profile, plan, short, user_set) -> str:
         f"{_named(run, 'gpu_memory_utilization', user_set)} (estimate: {phases}; "
         "docs/training.md): " + ", or ".join(fixes)
     )
+
+
+def _smallest_change(run, profile, plan) -> dict[str, object] | None:
+    """The first of: smaller micro batches, a smaller vLLM share, more offload (in that order of
+    preference, combined as needed) with which every phase fits; None if none does."""
+    levels = list(Offload)[list(Offload).index(plan.offload):]
+    shares = [plan.gpu_memory_utilization] + [
+        u / 100 for u in range(int(plan.gpu_memory_utilization * 100) - 5, 29, -5)
+    ]
+    micros = [d for d in sorted(divisors(plan.micro_batch), reverse=True)]
+    log_probs = [d for d in sorted(divisors(plan.log_prob_micro_batch), reverse=True)]
+    for offload in levels:
+        for share in shares:
+            for micro in micros:
+                log_prob = next((d for d in log_probs if fits(memory_plan(
+                    run, profile, offload=offload, gpu_memory_utilization=share,
+                    micro_batch=micro, log_prob_micro_batch=d))), None)
+                if log_prob is None:
+                    continue
+                change = {
+                    "offload": offload.value if offload is not plan.offload else None,
+                    "gpu_memory_utilization": share if share != plan.gpu_memory_utilization
+                    else None,
+                    "ppo_micro_batch_size_per_gpu": micro if micro != plan.micro_batch else None,
+                }
+                if log_prob != plan.log_prob_micro_batch:
+                    change["rollout_log_prob_micro_batch_size_per_gpu"] = log_prob
+                    change["ref_log_prob_micro_batch_size_per_gpu"] = log_prob
+                return {k: v for k, v in change.items() if v is not None} or None
+    return None
