@@ -184,3 +184,41 @@ def test_the_timeout_grows_with_the_node_count():
         profile=profile("a4"), nodes=64, model_path="/m", runtime_env={}, namespace="n",
         head_service="h", dashboard_address="http://127.0.0.1:1"))
     assert big["timeout_s"] > small["timeout_s"]
+
+
+def test_the_inventory_asks_every_node_before_waiting_for_any(monkeypatch):
+    """At 64 nodes a node-by-node inventory costs minutes of GPU-worker starts one after
+    another (review finding 13): every node's task is submitted, then all are awaited at once."""
+    from components.ray.checks import cluster_check_script as script
+
+    events = []
+
+    class Remote:
+        def __init__(self, node):
+            self.node = node
+
+        def remote(self):
+            events.append(("submit", self.node))
+            return f"ref-{self.node}"
+
+    class Devices:
+        def options(self, num_gpus, scheduling_strategy):
+            return Remote(scheduling_strategy.node_id)
+
+    class FakeRay:
+        @staticmethod
+        def nodes():
+            return [{"Alive": True, "NodeManagerAddress": f"10.0.0.{i}", "NodeID": f"n{i}",
+                     "Resources": {"GPU": 8}} for i in range(3)]
+
+        @staticmethod
+        def get(refs):
+            events.append(("get", tuple(refs)))
+            return [{"gpus": 8, "names": ["NVIDIA B200"] * 8} for _ in refs]
+
+    monkeypatch.setattr(script, "ray", FakeRay)
+    monkeypatch.setattr(script, "_devices", Devices())
+    found = script.inventory("nccl", 8)
+    assert events == [("submit", "n0"), ("submit", "n1"), ("submit", "n2"),
+                      ("get", ("ref-n0", "ref-n1", "ref-n2"))]
+    assert [node["gpus"] for node in found] == [8, 8, 8]

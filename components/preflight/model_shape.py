@@ -13,8 +13,8 @@ Where the shape comes from:
   are derived for the default model's shape and the shape checks are skipped, with a warning.
 
 Under Pulumi's mock runtime (the offline plan, the tests) the program never reaches the network:
-`set_source` installs what answers instead, and without one a non-default model is a
-ConfigError that says so.
+`set_source` installs what answers instead; without one, a non-default model's shape is
+unknown offline, as for a model path of the user's own, and a warning says so.
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ def checked_run(config: StackConfig) -> GrpoRunConfig:
     shape = shape_of(config)
     if shape is None:
         pulumi.log.warn(
-            f"verl-gke:job.modelPath={run.model_path!r} is not the staged model, so its shape is "
-            "unknown: the batch and parallelism defaults assume "
-            f"{DEFAULT_MODEL.model_id}, and the rollout TP and memory checks are skipped"
+            f"the shape of the model at verl-gke:job.modelPath={run.model_path!r} is unknown "
+            "here (a model path of your own, or another model in an offline plan): the batch "
+            f"and parallelism defaults assume {DEFAULT_MODEL.model_id}, and the rollout TP and "
+            "memory checks are left to `pulumi preview`"
         )
         return run
     run = run.with_model(shape)
@@ -72,8 +73,9 @@ def shape_of(config: StackConfig) -> ModelShape | None:
                                                       DEFAULT_MODEL.revision):
         return DEFAULT_MODEL
     token = config.hf_token.get_secret_value() if config.hf_token else None
-    source = _source or (_refuse_offline if _mocked() else read_config)
-    found = source(staging.model_id, staging.model_revision, token)
+    if _source is None and _mocked():
+        return None  # offline: no network, and no shape but the default model's
+    found = (_source or read_config)(staging.model_id, staging.model_revision, token)
     try:
         return ModelShape.from_config_json(staging.model_id, staging.model_revision, found)
     except (KeyError, TypeError, ValueError) as error:
@@ -118,11 +120,3 @@ def _mocked() -> bool:
     from pulumi.runtime.mocks import MockMonitor
 
     return isinstance(getattr(settings.SETTINGS, "monitor", None), MockMonitor)
-
-
-def _refuse_offline(model_id: str, revision: str, _token: str | None) -> dict:
-    raise ConfigError([
-        f"verl-gke:staging.modelId={model_id!r} at {revision}: an offline plan knows only the "
-        f"shape of {DEFAULT_MODEL.model_id} at its pinned revision and reads no network; run "
-        "`pulumi preview` to check another model"
-    ])
