@@ -1,25 +1,23 @@
-"""The GRPO training run as data: its config model, its checks, its command line and its env.
+"""The GRPO training run as data: its config model and its command line.
 
 Pure functions over `GrpoRunConfig` and a `HardwareProfile`; nothing here talks to Ray or
-Pulumi. `components/ray/grpo_job.py` turns the result into a submitted Ray job.
+Pulumi. `components/ray/grpo_job.py` turns the result into a submitted Ray job. By concern:
+- run_sizing.py: the defaults of every unset field, from the tutorial, the cluster and the
+  model (`resolve`);
+- run_checks.py and run_memory.py: what verl or vLLM would refuse, and what would not fit;
+- run_identity.py: what names the run's checkpoint directory, and what keeps it;
+- run_env.py: the Ray runtime env, and the env verl's workers really get;
+- here: the config keys, the Hydra overrides and entrypoint, resuming, export, and the
+  problems of a run gathered in one list (`run_problems`).
 
-What it does: fills every setting the user leaves unset with the tutorial's value for the target
-(TUTORIAL.md, "GrpoJob"), rejects before anything is submitted what verl would reject hours later
-on the GPUs, gives every run its own checkpoint directory on the bucket and always resumes from it
-(`resume_mode=auto`, ANCHORS defect 6), and builds the Ray runtime env as data (ANCHORS defects 1
-and 2).
-
-A run is identified by everything that shapes its state (`run_identity`): the model and its
-revision, the world size, the strategy and parallelism, the algorithm, optimiser, batch and data
-settings, and any extra override not known to be harmless. Its directory is
-`/checkpoint-bucket/checkpoints/<runName>-<N>gpu-<12 hex of that identity>`: the same identity resumes, a
-different one starts clean. Keys that only extend, observe or tune the execution of a run
-(`CONTINUATION_FIELDS`) keep its directory.
-What it does not do: stage the model, data or verl source (model staging owns that), or
-validate Hydra keys it does not model (`extraOverrides` is passed through as written).
+Every run checkpoints to its own directory on the bucket and always resumes from it
+(`resume_mode=auto`, ANCHORS defect 6): `/checkpoint-bucket/checkpoints/<runName>-<N>gpu-<12
+hex of its identity>`. What it does not do: stage the model, data or verl source (model staging
+owns that), or validate Hydra keys it does not model (`extraOverrides` is passed through as
+written, after Hydra's own parser and merge check them against the program's keys).
 
 verl's checks are read at volcengine/verl b178a3cd5 (2026-01-29), the newest snapshot available
-here; the tutorial's VERL_REF ddbcdb7 is not in it. Each check below names the file it mirrors.
+here; the tutorial's VERL_REF ddbcdb7 is not in it. Each check names the file it mirrors.
 """
 
 from __future__ import annotations
@@ -33,9 +31,8 @@ from typing import Literal
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from pydantic.alias_generators import to_camel
 
-from components.facts import pins
-from components.facts.hardware import HardwareProfile, Target
-from components.facts.models import DEFAULT_MODEL, ModelShape
+from components.facts.hardware import HardwareProfile
+from components.facts.models import ModelShape
 from components.facts.layout import (
     CHECKPOINT_ROOT,
     CHECKPOINT_STEP_DIR,
@@ -49,8 +46,14 @@ from components.schema.hydra_overrides import PROTECTED_KEYS, override_problems,
 from components.schema.lifecycle import RunLifecycle
 from components.schema.run_checks import batch_problems, hardware_problems, model_problems
 from components.schema.run_env import effective_env, runtime_env  # noqa: F401 (re-exported)
+from components.schema.run_identity import (  # noqa: F401 (re-exported)
+    CONTINUATION_FIELDS,
+    CONTINUATION_OVERRIDES,
+    REFERENCE_DTYPE,
+    identity_of,
+)
 from components.schema.run_memory import Offload
-from components.schema.run_sizing import derive
+from components.schema.run_sizing import SIZED_FIELDS, resolve  # noqa: F401 (re-exported)
 
 CONFIG_KEY = "verl-gke:job"
 # The bucket is mounted at /data in every Ray pod (GcsFuseStorage); each run checkpoints to its
@@ -272,39 +275,6 @@ class GrpoRunConfig(RunLifecycle):
         return value
 
 
-# The tutorial's values where a4/a3u and a4x differ. None means "the tutorial leaves the key
-# out": it is not passed, so verl's own default applies.
-_PER_TARGET_DEFAULTS: dict[str, dict[Target, object]] = {
-    "val_before_train": {Target.A4: False, Target.A3_ULTRA: False, Target.A4X: None},
-}
-# Derived from the cluster and the model when unset (components/schema/run_sizing.py).
-SIZED_FIELDS = (
-    "train_batch_size", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
-    "rollout_log_prob_micro_batch_size_per_gpu", "ref_log_prob_micro_batch_size_per_gpu",
-    "tensor_model_parallel_size", "gpu_memory_utilization", "fsdp_size", "offload",
-)
-
-
-def resolve(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> GrpoRunConfig:
-    """The run with every unset field filled from the tutorial, the hardware and the model."""
-    unset = {
-        key: by_target[profile.target]
-        for key, by_target in _PER_TARGET_DEFAULTS.items()
-        if getattr(run, key) is None
-    }
-    gpus_per_node = run.n_gpus_per_node or profile.gpus_per_node
-    nnodes = run.nnodes or nodes
-    hardware = {"nnodes": nnodes, "n_gpus_per_node": gpus_per_node}
-    fields = {key: getattr(run, key) for key in (
-        *SIZED_FIELDS, "max_prompt_length", "max_response_length", "rollout_n", "use_kl_loss",
-    )}
-    sized = derive(fields, profile, nnodes * gpus_per_node, min(gpus_per_node,
-                   profile.gpus_per_node), run.model or DEFAULT_MODEL)
-    resolved = run.model_copy(update={**unset, **hardware, **{k: sized[k] for k in SIZED_FIELDS}})
-    resolved._model = run.model
-    return resolved
-
-
 # Hydra key of each typed field, in the order of the tutorial's override table.
 _HYDRA_KEYS: dict[str, str] = {
     "adv_estimator": "algorithm.adv_estimator",
@@ -345,50 +315,8 @@ _OFFLOAD_KEYS = {
     "actor_rollout_ref.actor.fsdp_config.param_offload": (Offload.ALL,),
     "actor_rollout_ref.ref.fsdp_config.param_offload": (Offload.ALL,),
 }
-# The reference policy in bf16: verl builds it with ref.fsdp_config, whose model_dtype is fp32
-# in the composed config (_generated_ppo_trainer.yaml:176 at b178a3cd5) although the worker's
-# own fallback for a non-actor is bf16 (fsdp_workers.py:324-328). It is only read for
-# log-probs, so fp32 master weights buy nothing but 2 bytes per parameter per GPU.
-REFERENCE_DTYPE = ("actor_rollout_ref.ref.fsdp_config.model_dtype", "bfloat16")
 _OVERRIDE_KEY = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
-# Settings that extend, observe or only tune the execution of a run: changing one keeps the run
-# (its checkpoint directory), so the job restarts and resumes where it was. Everything else of
-# GrpoRunConfig shapes the run's state and starts a new one, including any field added later.
-# - extend: more epochs;
-# - observe: checkpoint and validation cadence, loggers, validation data;
-# - execution: micro batches, offload, rollout memory and rollout TP split the same batch
-#   differently over the same GPUs (the usual fixes after an OOM), which does not change what
-#   is learned; vLLM's weights are synced from FSDP every step, so its TP holds no state;
-# - how the job is followed and named.
-CONTINUATION_FIELDS = frozenset({
-    "total_epochs",
-    "save_freq", "test_freq", "logger", "val_before_train", "val_files",
-    "ppo_micro_batch_size_per_gpu", "rollout_log_prob_micro_batch_size_per_gpu",
-    "ref_log_prob_micro_batch_size_per_gpu", "gpu_memory_utilization", "run_name",
-    "tensor_model_parallel_size", "offload",
-    *RunLifecycle.model_fields,
-})
-# Extra overrides of the same kinds; every other extra override is part of the run's identity.
-# Execution-only keys of verl's config (verl/trainer/config/_generated_ppo_trainer.yaml at
-# b178a3cd5): dynamic batch sizes and their token budgets (:53-54, :134-135, :220-221), FSDP
-# offload (:30-31, :170-171), vLLM's batching, eager mode and cache (:203-212), activation
-# checkpointing and offload.
-CONTINUATION_OVERRIDES = frozenset({
-    "trainer.total_training_steps", "trainer.project_name", "trainer.experiment_name",
-    "trainer.log_val_generations", "trainer.max_actor_ckpt_to_keep",
-    "trainer.rollout_data_dir", "trainer.validation_data_dir",
-    "actor_rollout_ref.actor.use_dynamic_bsz", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
-    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
-    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
-    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-    "actor_rollout_ref.actor.fsdp_config.offload_policy",
-    "actor_rollout_ref.rollout.max_num_seqs", "actor_rollout_ref.rollout.max_num_batched_tokens",
-    "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.free_cache_engine",
-    "actor_rollout_ref.model.enable_gradient_checkpointing",
-    "actor_rollout_ref.model.enable_activation_offload",
-})
 # With resumeFrom, the entrypoint decides at run time (the bucket is only visible there) whether
 # the run resumes from its own checkpoints or starts from the other run's: these shell variables
 # carry the decision into the two overrides.
@@ -403,34 +331,8 @@ def world_size(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> int:
 def run_identity(
     run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
 ) -> dict:
-    """Everything that shapes the run's state; the same identity resumes the same checkpoints.
-
-    Values are the resolved ones, so spelling out a default does not start a new run. The world
-    size stands for nnodes and nGpusPerNode: verl's FSDP shards are named by rank and world size
-    (`model_world_size_<N>_rank_<r>.pt`), so any other split of the same GPU count loads them.
-    """
-    resolved = resolve(run, profile, nodes)
-    identity = resolved.model_dump(
-        mode="json",
-        exclude={*CONTINUATION_FIELDS, "extra_overrides", "nnodes", "n_gpus_per_node"},
-    )
-    identity["adv_estimator"] = "grpo"
-    identity["world_size"] = resolved.nnodes * resolved.n_gpus_per_node
-    identity["model_revision"] = model_revision
-    # verl's defaults (rollout mode, loss aggregation, reference dtype) change between releases
-    # (review finding 8): a checkpoint continues only under the trainer code and image it was
-    # written with. Another verl or image is another run, and the old one stays on the bucket.
-    identity["verl_ref"] = pins.VERL_REF
-    identity["image"] = pins.VERL_IMAGES[profile.arch]
-    if resolved.use_kl_loss:
-        identity["reference_dtype"] = REFERENCE_DTYPE[1]
-    else:
-        identity.pop("kl_coef")
-    identity["extra_overrides"] = {
-        key: value for key, value in sorted(run.extra_overrides.items())
-        if key.lstrip("+~") not in CONTINUATION_OVERRIDES
-    }
-    return identity
+    """Everything that shapes the run's state (components/schema/run_identity.py)."""
+    return identity_of(resolve(run, profile, nodes), run, profile, model_revision)
 
 
 def run_dir_name(

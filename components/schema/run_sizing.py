@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from components.facts.hardware import HardwareProfile, Target
-from components.facts.models import ModelShape
+from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.schema.run_memory import MemoryPlan, Offload, fits, vllm_need_gib
+
+if TYPE_CHECKING:
+    from components.schema.run import GrpoRunConfig
 
 # The tutorial's batch: 256 prompts x 8 responses = 2048 samples, 128 per GPU on its clusters.
 BASE_TRAIN_BATCH = 256
@@ -163,3 +167,36 @@ def derive(
 
 def _shard(fsdp_size: int | None, gpus: int) -> int:
     return gpus if fsdp_size is None or fsdp_size < 0 or fsdp_size >= gpus else fsdp_size
+
+
+# The tutorial's values where a4/a3u and a4x differ. None means "the tutorial leaves the key
+# out": it is not passed, so verl's own default applies.
+_PER_TARGET_DEFAULTS: dict[str, dict[Target, object]] = {
+    "val_before_train": {Target.A4: False, Target.A3_ULTRA: False, Target.A4X: None},
+}
+# Derived from the cluster and the model when unset (components/schema/run_sizing.py).
+SIZED_FIELDS = (
+    "train_batch_size", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
+    "rollout_log_prob_micro_batch_size_per_gpu", "ref_log_prob_micro_batch_size_per_gpu",
+    "tensor_model_parallel_size", "gpu_memory_utilization", "fsdp_size", "offload",
+)
+
+
+def resolve(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> GrpoRunConfig:
+    """The run with every unset field filled from the tutorial, the hardware and the model."""
+    unset = {
+        key: by_target[profile.target]
+        for key, by_target in _PER_TARGET_DEFAULTS.items()
+        if getattr(run, key) is None
+    }
+    gpus_per_node = run.n_gpus_per_node or profile.gpus_per_node
+    nnodes = run.nnodes or nodes
+    hardware = {"nnodes": nnodes, "n_gpus_per_node": gpus_per_node}
+    fields = {key: getattr(run, key) for key in (
+        *SIZED_FIELDS, "max_prompt_length", "max_response_length", "rollout_n", "use_kl_loss",
+    )}
+    sized = derive(fields, profile, nnodes * gpus_per_node, min(gpus_per_node,
+                   profile.gpus_per_node), run.model or DEFAULT_MODEL)
+    resolved = run.model_copy(update={**unset, **hardware, **{k: sized[k] for k in SIZED_FIELDS}})
+    resolved._model = run.model
+    return resolved
