@@ -145,6 +145,11 @@ def test_offload_maps_to_verls_fsdp_keys():
     every = hydra_overrides(GrpoRunConfig(offload="all"), a4, 2)
     assert every["actor_rollout_ref.actor.fsdp_config.param_offload"] == "True"
     assert every["actor_rollout_ref.ref.fsdp_config.param_offload"] == "True"
+    extra = {"actor_rollout_ref.actor.fsdp_config.optimizer_offload": True}
+    assert run_problems(GrpoRunConfig(extra_overrides=extra), a4, 2) == [
+        "verl-gke:job.extraOverrides['actor_rollout_ref.actor.fsdp_config.optimizer_offload'] "
+        "duplicates a typed setting: set verl-gke:job.offload instead"
+    ]
 
 
 # --- the model check at preview ---------------------------------------------------------------
@@ -229,3 +234,20 @@ def test_eight_a3u_nodes_plan_as_a_whole_program():
     job = recording.plain_outputs()["job"]
     assert "data.train_batch_size=512" in job["entrypoint"]
     assert "actor_rollout_ref.actor.fsdp_config.fsdp_size=16" in job["entrypoint"]
+
+
+def test_a_sequence_longer_than_the_models_context_is_refused():
+    """vLLM would refuse a max_model_len past the model's 32,768 positions at start."""
+    run = GrpoRunConfig(max_response_length=40000).with_model(DEFAULT_MODEL)
+    (problem,) = run_problems(run, profile("a4"), 2)
+    assert problem == (
+        "verl-gke:job.maxPromptLength=512 + verl-gke:job.maxResponseLength=40000 = 40512 "
+        "tokens exceed Qwen/Qwen2.5-32B-Instruct's context of 32768: shorten them"
+    )
+
+
+def test_an_hsdp_group_that_does_not_divide_the_gpus_is_refused():
+    """verl's (world // fsdp_size, fsdp_size) mesh needs equal groups; 0 is no size."""
+    for size in (0, 3):
+        (problem,) = run_problems(GrpoRunConfig(fsdp_size=size), profile("a4"), 2)
+        assert problem.startswith(f"verl-gke:job.fsdpSize={size} must divide the run's 16 GPUs")

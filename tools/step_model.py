@@ -96,7 +96,7 @@ def tutorial(target: Target) -> GrpoRunConfig:
 def settings(run: GrpoRunConfig, hw: HardwareProfile, nodes: int, mnnvl: bool) -> Settings:
     r = resolve(run, hw, nodes)
     gpus = r.nnodes * r.n_gpus_per_node
-    shard = gpus if r.fsdp_size < 0 or r.fsdp_size >= gpus else r.fsdp_size
+    shard = gpus if r.fsdp_size <= 0 or r.fsdp_size >= gpus else r.fsdp_size
     return Settings(r.train_batch_size, r.rollout_n, r.ppo_micro_batch_size_per_gpu,
                     r.rollout_log_prob_micro_batch_size_per_gpu,
                     r.ref_log_prob_micro_batch_size_per_gpu, r.tensor_model_parallel_size,

@@ -499,6 +499,7 @@ def _resume_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -
 
 def _override_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
     typed = {hydra_key: field for field, hydra_key in _HYDRA_KEYS.items()}
+    typed.update(dict.fromkeys(_OFFLOAD_KEYS, "offload"))
     problems = []
     checked = {}
     for key, value in run.extra_overrides.items():

@@ -56,6 +56,15 @@ def hardware_problems(
             f"{_named(run, 'tensor_model_parallel_size', user_set)} must divide "
             f"the {gpus} GPUs per node of {target}: use {_divisors(gpus)}"
         )
+    world = run.nnodes * run.n_gpus_per_node
+    # verl builds a (world // fsdp_size, fsdp_size) device mesh (fsdp_workers.py:98-105), which
+    # torch refuses unless the sizes multiply to the world size; 0 is no size at all.
+    if run.fsdp_size == 0 or (0 < run.fsdp_size < world and world % run.fsdp_size):
+        problems.append(
+            f"{_named(run, 'fsdp_size', user_set)} must divide the run's {world} GPUs (HSDP "
+            f"groups of equal size), or be -1 to shard over all: use -1 or "
+            f"{', '.join(str(d) for d in divisors(world) if d < world)}"
+        )
     return problems
 
 
@@ -110,7 +119,7 @@ def _named(run: GrpoRunConfig, field: str, user_set: Set[str]) -> str:
 def memory_plan(run: GrpoRunConfig, profile: HardwareProfile, **changes) -> MemoryPlan:
     """The memory estimate's inputs for a resolved run with a known model."""
     gpus = run.nnodes * run.n_gpus_per_node
-    shard = gpus if run.fsdp_size < 0 or run.fsdp_size >= gpus else run.fsdp_size
+    shard = gpus if run.fsdp_size <= 0 or run.fsdp_size >= gpus else run.fsdp_size
     values = dict(
         shape=run.model, gpu_memory_gib=profile.gpu.memory_gib, shard_gpus=shard,
         tensor_parallel=run.tensor_model_parallel_size,
@@ -146,6 +155,17 @@ def model_problems(run: GrpoRunConfig, profile: HardwareProfile, user_set: Set[s
             f"{shape.model_id}'s {shape.num_attention_heads} attention heads and "
             f"{shape.num_key_value_heads} KV heads, which vLLM requires: use "
             f"{', '.join(map(str, valid))}"
+        )
+        return problems
+    tokens = run.max_prompt_length + run.max_response_length
+    if shape.max_position_embeddings and tokens > shape.max_position_embeddings:
+        # vLLM refuses a max_model_len past the model's (vllm/config "User-specified
+        # max_model_len ... is greater than the derived max_model_len"), and verl asks for
+        # prompt + response.
+        problems.append(
+            f"{_key('max_prompt_length')}={run.max_prompt_length} + "
+            f"{_key('max_response_length')}={run.max_response_length} = {tokens} tokens exceed "
+            f"{shape.model_id}'s context of {shape.max_position_embeddings}: shorten them"
         )
         return problems
     plan = memory_plan(run, profile)

@@ -166,7 +166,7 @@ def derive(
 
 
 def _shard(fsdp_size: int | None, gpus: int) -> int:
-    return gpus if fsdp_size is None or fsdp_size < 0 or fsdp_size >= gpus else fsdp_size
+    return gpus if fsdp_size is None or fsdp_size <= 0 or fsdp_size >= gpus else fsdp_size
 
 
 # The tutorial's values where a4/a3u and a4x differ. None means "the tutorial leaves the key
