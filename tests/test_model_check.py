@@ -228,6 +228,28 @@ def test_hub_errors_name_the_key_to_fix(monkeypatch):
         model_shape.read_config("org/missing", "b" * 40, "hf_x")
 
 
+def test_a_hub_that_does_not_answer_does_not_block_an_up(monkeypatch):
+    """A 503 or a timeout is not the config's fault: the shape is unknown this time (warned),
+    so a day-two `pulumi up` during a Hub outage still runs."""
+    import io
+    import urllib.error
+
+    def unavailable(request, timeout):
+        raise urllib.error.HTTPError(request.full_url, 503, "x", {}, io.BytesIO())
+
+    warnings = []
+    monkeypatch.setattr(model_shape.pulumi.log, "warn", warnings.append)
+    monkeypatch.setattr(model_shape.urllib.request, "urlopen", unavailable)
+    assert model_shape.read_config("org/model", "b" * 40, None) is None
+
+    def timeout(request, timeout):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(model_shape.urllib.request, "urlopen", timeout)
+    assert model_shape.read_config("org/model", "b" * 40, None) is None
+    assert len(warnings) == 2 and "checks are skipped this time" in warnings[0]
+
+
 def test_eight_a3u_nodes_plan_as_a_whole_program():
     """`gpuNodes: 8` on a3u with an empty job renders a plan (it failed before on a default)."""
     _, recording = plan.run_program("a3u", "standard", {"verl-gke:gpuNodes": "8"})

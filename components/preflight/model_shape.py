@@ -8,7 +8,9 @@ Where the shape comes from:
   `https://huggingface.co/<id>/resolve/<revision>/config.json`, read by the program process
   itself over plain HTTPS with the stack's `verl-gke:hfToken` (a gated model needs it), a
   timeout of TIMEOUT_S, and an error that names the key to fix on 401/403/404. This runs at
-  `pulumi preview` as well as `up`: it is a read, like the preflight invokes;
+  `pulumi preview` as well as `up`: it is a read, like the preflight invokes. A Hub that does
+  not answer (timeout, 5xx) is not the config's fault and must not block a day-two `up` at
+  3 a.m.: the shape is then unknown, with a warning, as below;
 - a `verl-gke:job.modelPath` of the user's own (not the staged model): unknown. The defaults
   are derived for the default model's shape and the shape checks are skipped, with a warning.
 
@@ -76,6 +78,8 @@ def shape_of(config: StackConfig) -> ModelShape | None:
     if _source is None and _mocked():
         return None  # offline: no network, and no shape but the default model's
     found = (_source or read_config)(staging.model_id, staging.model_revision, token)
+    if found is None:
+        return None
     try:
         return ModelShape.from_config_json(staging.model_id, staging.model_revision, found)
     except (KeyError, TypeError, ValueError) as error:
@@ -87,8 +91,9 @@ def shape_of(config: StackConfig) -> ModelShape | None:
         ]) from None
 
 
-def read_config(model_id: str, revision: str, token: str | None) -> dict:
-    """config.json of the model at the revision, over HTTPS; ConfigError naming the fix."""
+def read_config(model_id: str, revision: str, token: str | None) -> dict | None:
+    """config.json of the model at the revision, over HTTPS; ConfigError naming the fix when
+    the config is at fault (401, 403, 404), None with a warning when the Hub does not answer."""
     url = CONFIG_URL.format(model_id=model_id, revision=revision)
     request = urllib.request.Request(url, headers={"User-Agent": "verl-gke"})
     if token:
@@ -105,14 +110,19 @@ def read_config(model_id: str, revision: str, token: str | None) -> dict:
             fix = ("check verl-gke:staging.modelId and verl-gke:staging.modelRevision (a commit "
                    "of that repository: `curl -s https://huggingface.co/api/models/<id>`)")
         else:
-            fix = "try again; the Hugging Face Hub answered with an error"
+            return _unanswered(where, url, f"HTTP {error.code}")
         raise ConfigError([f"{where}: reading {url} failed with HTTP {error.code}: {fix}"]) from None
     except (urllib.error.URLError, TimeoutError, OSError, ValueError) as error:
-        raise ConfigError([
-            f"{where}: could not read {url} within {TIMEOUT_S} s ({error}): the program reads "
-            "the model's shape at preview to check the rollout TP and memory; run it where "
-            "huggingface.co is reachable over HTTPS"
-        ]) from None
+        return _unanswered(where, url, str(error))
+
+
+def _unanswered(where: str, url: str, why: str) -> None:
+    pulumi.log.warn(
+        f"{where}: could not read {url} within {TIMEOUT_S} s ({why}), so the rollout TP and "
+        "memory checks are skipped this time; run `pulumi preview` where huggingface.co is "
+        "reachable over HTTPS to check them"
+    )
+    return None
 
 
 def _mocked() -> bool:
