@@ -148,8 +148,7 @@ def derive(
     if out["tensor_model_parallel_size"] is None:
         def roomy(t: int) -> bool:
             p = plan(tensor_parallel=t)
-            weights = vllm_need_gib(p)
-            return weights <= KV_SHARE * p.gpu_memory_utilization * memory
+            return vllm_need_gib(p) <= KV_SHARE * p.gpu_memory_utilization * memory
         out["tensor_model_parallel_size"] = next((t for t in tps if roomy(t)), tps[-1])
     if out["ppo_micro_batch_size_per_gpu"] is None:
         out["ppo_micro_batch_size_per_gpu"] = largest_divisor(
@@ -174,7 +173,7 @@ def _shard(fsdp_size: int | None, gpus: int) -> int:
 _PER_TARGET_DEFAULTS: dict[str, dict[Target, object]] = {
     "val_before_train": {Target.A4: False, Target.A3_ULTRA: False, Target.A4X: None},
 }
-# Derived from the cluster and the model when unset (components/schema/run_sizing.py).
+# Derived from the cluster and the model when unset (`derive`).
 SIZED_FIELDS = (
     "train_batch_size", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
     "rollout_log_prob_micro_batch_size_per_gpu", "ref_log_prob_micro_batch_size_per_gpu",
