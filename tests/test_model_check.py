@@ -273,3 +273,32 @@ def test_an_hsdp_group_that_does_not_divide_the_gpus_is_refused():
     for size in (0, 3):
         (problem,) = run_problems(GrpoRunConfig(fsdp_size=size), profile("a4"), 2)
         assert problem.startswith(f"verl-gke:job.fsdpSize={size} must divide the run's 16 GPUs")
+
+
+def test_the_memory_estimate_reproduces_the_reviews_appendix():
+    """The review's arithmetic for Qwen2.5-32B on 16 GPUs at the tutorial's settings: rollout
+    7.6 + 15.3 + vLLM's 0.6 x total + 5 GiB = 135 of 179 (B200), 112 of 140 (H200); A4X adds
+    the reference (3.8 GiB in bf16); the 72B on 2 x a3u needs ~140 GiB in rollout (finding 5)."""
+    from components.schema.run_memory import MemoryPlan, rollout_gib
+
+    def rollout(target, shape=DEFAULT_MODEL, reference=False):
+        hw = profile(target)
+        return rollout_gib(MemoryPlan(
+            shape=shape, gpu_memory_gib=hw.gpu.memory_gib, shard_gpus=16, tensor_parallel=8,
+            gpu_memory_utilization=0.6, micro_batch=64, log_prob_micro_batch=8,
+            tokens_per_sample=1024, reference=reference))
+
+    assert round(rollout("a4")) == 135
+    assert round(rollout("a3u")) == 112
+    assert round(rollout("a4x", reference=True)) == round(7.6 + 15.3 + 3.8 + 111 + 5)
+    assert 138 <= rollout("a3u", shape(QWEN_72B, "Qwen/Qwen2.5-72B-Instruct"), True) <= 150
+
+
+def test_config_json_variants_are_read_as_the_model_defines_them():
+    """A multimodal config's language model (text_config), an explicit head_dim, and a config
+    without num_key_value_heads (no GQA: as many KV heads as heads, as transformers defaults)."""
+    nested = ModelShape.from_config_json("org/vlm", "c" * 40, {
+        "model_type": "qwen2_5_vl", "text_config": {**QWEN_7B, "head_dim": 256}})
+    assert nested.head_dim == 256 and nested.num_attention_heads == 28
+    plain = {k: v for k, v in QWEN_7B.items() if k != "num_key_value_heads"}
+    assert shape(plain).num_key_value_heads == 28
