@@ -11,7 +11,7 @@ STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv dev node plan plan-all policy diff critical-path outputs curve cost test bench clean
+.PHONY: venv dev node plan plan-all policy diff critical-path step-model outputs curve cost test bench clean
 
 venv: $(VENV)/.tools-installed
 dev: $(VENV)/.dev-installed
@@ -53,6 +53,11 @@ diff: venv
 ## The longest chain of waits of `pulumi up` to the first training step, with an estimate.
 critical-path: venv
 	$(PY) -m tools.critical_path --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+
+## Modelled step time and GPU-hours of a default run per stack and node count (an estimate):
+## make step-model [STACK=a4] [NODES="2 8 32"]
+step-model: venv
+	$(PY) -m tools.step_model $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(NODES),--nodes $(NODES),)
 
 ## Stack outputs of the offline plan, as `pulumi stack output --json` prints them (secrets
 ## masked), checked against schemas/stack-outputs.schema.json: make outputs STACK=a4 [MODE=autopilot]

@@ -9,6 +9,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import preflight
+from components.preflight import model_shape
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
@@ -36,7 +37,7 @@ from components.ray.trackers import TrackerCredentials, TrackerCredentialsArgs
 from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
 from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
 from components.schema import config, names
-from components.schema.run import checkpoint_uri, runtime_env
+from components.schema.run import checkpoint_uri, effective_env
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.storage import model_staging
 from components.storage.model_staging import ModelStaging, ModelStagingArgs
@@ -46,6 +47,9 @@ hw = cfg.hardware
 dranet = hw.networking is NodeNetworking.DRANET
 # Invokes against the live project (they run at preview too); nothing exists yet if they fail.
 found = preflight.run(cfg)
+# The staged model's shape (read from the Hub at preview; shipped for the default model): the
+# run's defaults follow it, and a TP or memory that cannot work stops here.
+run = model_shape.checked_run(cfg)
 
 # Registered first: a renamed or moved bucket stops the update before anything is touched.
 bucket_identity = BucketIdentity("bucket-identity", cfg.bucket, cfg.region.upper(), cfg.project)
@@ -255,7 +259,7 @@ if not cfg.run.skip_cluster_check:
             profile=hw,
             nodes=cfg.nodes,
             model_path=staging.model_path,
-            runtime_env=runtime_env(hw, cfg.nodes),
+            runtime_env=effective_env(hw, cfg.nodes),
             namespace=cfg.namespace,
             head_service=ray.head_service,
             kubeconfig=gke.kubeconfig,
@@ -268,7 +272,7 @@ if not cfg.run.skip_cluster_check:
 job = GrpoJob(
     "grpo",
     GrpoJobArgs(
-        run=cfg.run,
+        run=run,
         profile=hw,
         nodes=cfg.nodes,
         checkpoint_uri=storage.bucket_url.apply(checkpoint_uri),

@@ -18,8 +18,9 @@ pytest.importorskip("torch", reason="the gloo variant of the check needs torch (
 POLICY = RequestPolicy(timeout_s=10, attempts=2, backoff_s=0.1, poll_min_s=0.1, poll_max_s=0.5,
                        stop_timeout_s=30, progress_every_s=5)
 # A CPU-only Ray has no GPU: the check is told to expect none, and floors a laptop meets.
+# Gloo has no NCCL, so NCCL's report of its fabric is not judged.
 CPU_FLOORS = {"nodes": 1, "gpus_per_node": 0, "gpu_name": "", "min_busbw_gbs": 0.001,
-              "min_read_mbps": 1.0}
+              "min_read_mbps": 1.0, "nccl_network": None, "mnnvl": False}
 
 
 def props(address: str, model_dir, floors: dict) -> dict:
@@ -97,3 +98,127 @@ def test_judge_names_a_missing_node_and_a_wrong_gpu():
 def test_the_provider_reads_the_result_line_the_script_prints():
     """The prefix is kept in two places (the program must not import ray); they agree."""
     assert f'RESULT_PREFIX = "{cluster_check.RESULT_PREFIX}"' in cluster_check.SCRIPT.read_text()
+
+
+# NCCL INFO lines as NCCL prints them (NVIDIA/nccl src/init.cc:486, src/mnnvl.cc:96 at 5067397c).
+GIB_LOG = (
+    "a4-0:606:642 [6] NCCL INFO NET/gIB : Initializing gIB v1.1.0\n"
+    "a4-0:606:642 [6] NCCL INFO Using network gIB\n"
+)
+SOCKET_LOG = "a4-0:606:642 [6] NCCL INFO Using network Socket\n"
+MNNVL_LOG = (
+    "a4x-0:77:90 [0] NCCL INFO Using network gIB\n"
+    "a4x-0:77:90 [0] NCCL INFO MNNVL 1 cliqueId 7f cliqueSize 16 cliqueRank 0 nvlDomainSize 72\n"
+)
+
+
+def _measured(reports: list[str], world: int) -> dict:
+    """A measurement whose ranks logged `reports`, aggregated as the script does."""
+    from components.ray.checks.cluster_check_script import nccl_report
+
+    parsed = [nccl_report(text) for text in reports]
+    return {
+        "inventory": [{"node": "10.0.0.5", "gpus": 8, "names": ["NVIDIA B200"] * 8}],
+        "allReduce": {"busbw_gbs": 40.0, "world_size": world, "nccl": {
+            "networks": sorted({n for r in parsed for n in r["networks"]}),
+            "mnnvl_ranks": sum(1 for r in parsed if r["mnnvl"] == 1),
+            "reporting_ranks": sum(1 for r in parsed if r["networks"] or r["mnnvl"] is not None),
+            "lines": parsed[0]["lines"],
+        }},
+        "read": {"path": "/data/m", "mbps": 900.0},
+    }
+
+
+def _want(target: str, nodes: int = 1) -> dict:
+    hw = profile(target)
+    args = ClusterCheckArgs(profile=hw, nodes=nodes, model_path="/data/m", runtime_env={},
+                            namespace="verl", head_service="h")
+    return {**cluster_check.expected(args), "gpus_per_node": 8, "gpu_name": "B200"}
+
+
+def test_a4_passes_only_when_nccl_itself_reports_the_gib_plugin():
+    """A TCP fallback fails by NCCL's own word, whatever the bandwidth (review finding 14)."""
+    assert judge(_measured([GIB_LOG, GIB_LOG], 2), _want("a4")) == []
+    (problem,) = judge(_measured([GIB_LOG, SOCKET_LOG], 2), _want("a4"))
+    assert problem.startswith("NCCL used network Socket, gIB, not gIB")
+    assert "LD_LIBRARY_PATH" in problem
+
+
+def test_a4x_fails_unless_every_rank_reports_mnnvl():
+    """Without cuMem NCCL never turns MNNVL on and FSDP runs over RDMA (review finding 3):
+    the check fails on A4X although the bandwidth floor is met."""
+    want = {**_want("a4x"), "gpus_per_node": 8, "gpu_name": "B200"}
+    assert judge(_measured([MNNVL_LOG] * 4, 4), want) == []
+    (problem,) = judge(_measured([MNNVL_LOG, GIB_LOG, GIB_LOG, GIB_LOG], 4), want)
+    assert problem.startswith("NCCL enabled multi-node NVLink (MNNVL 1) on 1 of 4 ranks")
+    assert "NCCL_CUMEM_ENABLE=1" in problem
+
+
+def test_no_nccl_report_is_a_failure_not_a_pass():
+    """A check that could not read NCCL's report cannot vouch for the fabric."""
+    (problem,) = judge(_measured([""], 1), _want("a4"))
+    assert problem.startswith("NCCL printed no INFO report")
+
+
+def test_the_check_runs_under_the_env_verl_gives_its_workers():
+    """The check measures with verl's worker env: on a4/a3u verl's NCCL_CUMEM_ENABLE=0 applies
+    (the job does not set it), on A4X the job's 1 wins over it; the job's own NCCL_DEBUG=INFO
+    is kept over verl's WARN (verl/trainer/constants_ppo.py:56-58)."""
+    from components.schema.run_env import effective_env
+
+    a4 = effective_env(profile("a4"), 2)["env_vars"]
+    a4x = effective_env(profile("a4x"), 4)["env_vars"]
+    assert a4["NCCL_CUMEM_ENABLE"] == "0" and a4x["NCCL_CUMEM_ENABLE"] == "1"
+    assert a4["NCCL_DEBUG"] == a4x["NCCL_DEBUG"] == "INFO"
+    assert a4["VLLM_DISABLE_COMPILE_CACHE"] == "1"
+
+
+def test_the_timeout_grows_with_the_node_count():
+    """20 minutes at 2 nodes are not enough for 512 ranks: the allowance grows with nodes."""
+    assert cluster_check.timeout_minutes(2) == 21
+    assert cluster_check.timeout_minutes(64) == 52
+    small = cluster_check.check_inputs("c", ClusterCheckArgs(
+        profile=profile("a4"), nodes=2, model_path="/m", runtime_env={}, namespace="n",
+        head_service="h", dashboard_address="http://127.0.0.1:1"))
+    big = cluster_check.check_inputs("c", ClusterCheckArgs(
+        profile=profile("a4"), nodes=64, model_path="/m", runtime_env={}, namespace="n",
+        head_service="h", dashboard_address="http://127.0.0.1:1"))
+    assert big["timeout_s"] > small["timeout_s"]
+
+
+def test_the_inventory_asks_every_node_before_waiting_for_any(monkeypatch):
+    """At 64 nodes a node-by-node inventory costs minutes of GPU-worker starts one after
+    another (review finding 13): every node's task is submitted, then all are awaited at once."""
+    from components.ray.checks import cluster_check_script as script
+
+    events = []
+
+    class Remote:
+        def __init__(self, node):
+            self.node = node
+
+        def remote(self):
+            events.append(("submit", self.node))
+            return f"ref-{self.node}"
+
+    class Devices:
+        def options(self, num_gpus, scheduling_strategy):
+            return Remote(scheduling_strategy.node_id)
+
+    class FakeRay:
+        @staticmethod
+        def nodes():
+            return [{"Alive": True, "NodeManagerAddress": f"10.0.0.{i}", "NodeID": f"n{i}",
+                     "Resources": {"GPU": 8}} for i in range(3)]
+
+        @staticmethod
+        def get(refs):
+            events.append(("get", tuple(refs)))
+            return [{"gpus": 8, "names": ["NVIDIA B200"] * 8} for _ in refs]
+
+    monkeypatch.setattr(script, "ray", FakeRay)
+    monkeypatch.setattr(script, "_devices", Devices())
+    found = script.inventory("nccl", 8)
+    assert events == [("submit", "n0"), ("submit", "n1"), ("submit", "n2"),
+                      ("get", ("ref-n0", "ref-n1", "ref-n2"))]
+    assert [node["gpus"] for node in found] == [8, 8, 8]

@@ -460,14 +460,14 @@ def test_training_waits_for_staging_and_the_ray_cluster(program):
     ("stack", "expected"),
     [
         ("a4", {"trainer.nnodes": "2", "trainer.n_gpus_per_node": "8",
-                "actor_rollout_ref.rollout.tensor_model_parallel_size": "8",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size": "2",
                 "actor_rollout_ref.actor.ppo_mini_batch_size": "256",
                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "64"}),
         ("a3u", {"trainer.nnodes": "2", "trainer.n_gpus_per_node": "8"}),
         ("a4x", {"trainer.nnodes": "4", "trainer.n_gpus_per_node": "4",
-                 "actor_rollout_ref.rollout.tensor_model_parallel_size": "4",
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size": "2",
                  "actor_rollout_ref.actor.ppo_mini_batch_size": "64",
-                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "8",
+                 "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "32",
                  "actor_rollout_ref.actor.use_kl_loss": "True"}),
     ],
 )

@@ -44,14 +44,29 @@ SAME_RUN = {
     "following": {"waitFor": "succeeded", "timeoutMinutes": 90, "maxRetries": 3},
     "metadata": {"metadata": {"owner": "me"}},
     "tracker names": {"extraOverrides": {"trainer.experiment_name": "try-2"}},
-    "a default spelled out": {"learningRate": 1e-5, "tensorModelParallelSize": 8},
+    "a default spelled out": {"learningRate": 1e-6, "trainBatchSize": 256, "fsdpSize": -1},
+    # Execution only (review finding 5): the usual fixes after an OOM keep the checkpoints.
+    "rollout tensor parallelism": {"tensorModelParallelSize": 4},
+    "offload": {"offload": "optimizer"},
+    "log-prob micro batches": {"rolloutLogProbMicroBatchSizePerGpu": 16,
+                               "refLogProbMicroBatchSizePerGpu": 8},
+    "dynamic batch size": {"extraOverrides": {
+        "actor_rollout_ref.actor.use_dynamic_bsz": True,
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 24576}},
+    "vLLM batching and eager mode": {"extraOverrides": {
+        "actor_rollout_ref.rollout.max_num_seqs": 128,
+        "actor_rollout_ref.rollout.enforce_eager": True,
+        "actor_rollout_ref.rollout.max_num_batched_tokens": 4096}},
+    "offload as verl spells it": {"extraOverrides": {
+        "actor_rollout_ref.actor.fsdp_config.offload_policy": True}},
 }
 # Changes that shape the run's state: a new run, started clean.
 NEW_RUN = {
     "learning rate": {"learningRate": 2e-6},
     "strategy": {"actorStrategy": "fsdp"},
-    "parallelism": {"tensorModelParallelSize": 4},
+    "sharding": {"fsdpSize": 8},
     "KL": {"klCoef": 0.01},
+    "no KL": {"useKlLoss": False},
     "rollouts per prompt": {"rolloutN": 16},
     "batch": {"trainBatchSize": 512},
     "model": {"modelPath": "/data/other-model"},
@@ -81,6 +96,19 @@ def test_world_size_and_model_revision_are_part_of_the_run():
     assert run_dir(GrpoRunConfig(), revision="0" * 40) != base
     named = run_dir(GrpoRunConfig(run_name="qwen32b-gsm8k"))
     assert named.startswith("qwen32b-gsm8k-16gpu-") and named[-12:] == base[-12:]
+
+
+def test_the_verl_ref_and_the_image_are_part_of_the_run(monkeypatch):
+    """Another verl source or image is another run (review finding 8): verl's defaults change
+    between releases, so a checkpoint never continues under other trainer code."""
+    from components.facts import pins
+
+    base = run_dir(GrpoRunConfig())
+    monkeypatch.setattr(pins, "VERL_REF", "0" * 40)
+    assert run_dir(GrpoRunConfig()) != base
+    monkeypatch.undo()
+    monkeypatch.setitem(pins.VERL_IMAGES, A4.arch, "verlai/verl:other")
+    assert run_dir(GrpoRunConfig()) != base
 
 
 def test_every_field_is_either_identity_or_declared_a_continuation():

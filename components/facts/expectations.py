@@ -17,6 +17,10 @@ class Expectations:
     gpu_name: str  # a substring of torch.cuda.get_device_name() on every GPU
     nic_gbps_per_gpu: int  # GPU-to-GPU network line rate per GPU (one RDMA NIC per GPU)
     min_busbw_gbs: float  # all-reduce bus bandwidth floor across all nodes, GB/s
+    # The network NCCL must report ("NCCL INFO Using network <name>"); None: not judged.
+    nccl_network: str | None
+    # Every rank must report multi-node NVLink on ("NCCL INFO MNNVL 1 ...").
+    mnnvl: bool
 
 
 # Line rates: Google Cloud's accelerator-optimized machine families
@@ -32,10 +36,17 @@ class Expectations:
 _NIC_GBPS = 400
 _FLOOR = _NIC_GBPS / 8 / 2
 
+# What NCCL itself must say it used. Google's NCCL/gIB page: "To verify NCCL/gIB is enabled
+# check that the following NCCL INFO level log entries are present: NCCL INFO Using network gIB"
+# (Compute Engine, "Enable NCCL/gIB"). A bandwidth floor alone cannot tell RDMA from a lucky
+# TCP path, and on A4X cannot tell multi-node NVLink from RDMA at all (both clear 25 GB/s), so
+# A4X is judged by NCCL's MNNVL line, which it prints only with cuMem on (NVIDIA/nccl
+# src/mnnvl.cc:15-16, :96 at 5067397c). Inside its NVL72 domain A4X's ranks talk over NVLink,
+# so its network name is not judged.
 EXPECTATIONS: dict[Target, Expectations] = {
-    Target.A4: Expectations("B200", _NIC_GBPS, _FLOOR),
-    Target.A3_ULTRA: Expectations("H200", _NIC_GBPS, _FLOOR),
-    Target.A4X: Expectations("GB200", _NIC_GBPS, _FLOOR),
+    Target.A4: Expectations("B200", _NIC_GBPS, _FLOOR, nccl_network="gIB", mnnvl=False),
+    Target.A3_ULTRA: Expectations("H200", _NIC_GBPS, _FLOOR, nccl_network="gIB", mnnvl=False),
+    Target.A4X: Expectations("GB200", _NIC_GBPS, _FLOOR, nccl_network=None, mnnvl=True),
 }
 
 # Reading the model from /data (GCS FUSE) on the head, one stream, MB/s. At this rate the 66 GB

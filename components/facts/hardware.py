@@ -47,6 +47,22 @@ class PodShape:
 
 
 @dataclass(frozen=True)
+class GpuFacts:
+    """One GPU's memory and speeds, for the memory check and the step model (estimates).
+
+    Datasheet peaks, not measurements; the step model (tools/step_model.py) applies stated
+    efficiency factors to them. Each figure's source is beside the row that uses it.
+    """
+
+    name: str
+    memory_gib: float  # what torch.cuda reports as total memory, GiB
+    bf16_dense_tflops: float  # dense (no sparsity) BF16 tensor-core peak
+    hbm_tbps: float  # HBM bandwidth, TB/s
+    nvlink_gbs: float  # NVLink bandwidth per GPU and direction, GB/s
+    nvlink_domain_gpus: int  # GPUs one NVLink fabric joins (a node, or an NVL72 rack)
+
+
+@dataclass(frozen=True)
 class HardwareProfile:
     target: Target
     gpu_type: str  # the `cloud.google.com/gke-accelerator` value
@@ -82,6 +98,7 @@ class HardwareProfile:
     worker_ray_cpus: int  # rayStartParams num-cpus: leaves room for system daemons
     shm_size: str  # /dev/shm (Memory emptyDir) of a worker
     head: PodShape
+    gpu: GpuFacts
 
     def nodes_problem(self, key: str, nodes: int) -> str | None:
         """Why `nodes` GPU nodes of this machine type cannot be, naming `key`; None if they can."""
@@ -120,6 +137,12 @@ _A4 = HardwareProfile(
     worker_ray_cpus=220,
     shm_size="250Gi",
     head=PodShape(cpu="12", memory="32G", ephemeral_storage="9Gi"),
+    # NVIDIA DGX/HGX B200 datasheet: 8 GPUs, 1,440 GB HBM3e, 72 PFLOPS FP8 training and
+    # 36 PFLOPS FP16/BF16 with sparsity (18 dense, 2.25 per GPU), 64 TB/s HBM (8 per GPU),
+    # NVLink 5 at 1.8 TB/s per GPU (900 GB/s each way). Memory as torch reports it on a4:
+    # ~179 GiB (the review's appendix, ../shared/reference/TRAINING-REVIEW.md).
+    gpu=GpuFacts("B200", memory_gib=179, bf16_dense_tflops=2250, hbm_tbps=8.0,
+                 nvlink_gbs=900, nvlink_domain_gpus=8),
 )
 
 PROFILES: dict[Target, HardwareProfile] = {
@@ -132,6 +155,10 @@ PROFILES: dict[Target, HardwareProfile] = {
         machine_type="a3-ultragpu-8g",
         nccl_tuner_config="/usr/local/gib/configs/tuner_config_a3u.txtpb",
         preemptible_gpu_quota="PREEMPTIBLE-NVIDIA-H200-GPUS-per-project-region",
+        # NVIDIA H200 SXM datasheet: 141 GB HBM3e at 4.8 TB/s, 1,979 TFLOPS BF16 with
+        # sparsity (989 dense), NVLink 900 GB/s per GPU (450 each way). ~140 GiB in torch.
+        gpu=GpuFacts("H200", memory_gib=140, bf16_dense_tflops=989, hbm_tbps=4.8,
+                     nvlink_gbs=450, nvlink_domain_gpus=8),
     ),
     Target.A4X: HardwareProfile(
         target=Target.A4X,
@@ -168,6 +195,11 @@ PROFILES: dict[Target, HardwareProfile] = {
         worker_ray_cpus=120,
         shm_size="200Gi",
         head=PodShape(cpu="12", memory="32Gi", ephemeral_storage="20Gi"),
+        # NVIDIA GB200 NVL72 datasheet: 72 GPUs, 360 PFLOPS FP16/BF16 with sparsity (2.5 dense
+        # per GPU), 186 GB HBM3e at 8 TB/s per GPU, fifth-generation NVLink at 1.8 TB/s per
+        # GPU (900 GB/s each way) across all 72 GPUs of the rack. ~185 GiB in torch.
+        gpu=GpuFacts("GB200", memory_gib=185, bf16_dense_tflops=2500, hbm_tbps=8.0,
+                     nvlink_gbs=900, nvlink_domain_gpus=72),
     ),
 }
 

@@ -7,9 +7,12 @@ shipped inline in its entrypoint; it measures, and the provider judges against t
 floors (components/facts/expectations.py):
 - every GPU node sees the target's GPU count and type;
 - an all-reduce across every GPU of every node (NCCL, over the RDMA NICs) reaches the target's
-  minimum bus bandwidth;
+  minimum bus bandwidth, and NCCL itself reports the fabric the target must use: the gIB
+  plugin on a4/a3u, multi-node NVLink (MNNVL) on a4x;
 - reading the model files from /data reaches MIN_READ_MBPS.
-The numbers are outputs. A failure stops `pulumi up` before the GrpoJob, with the measured
+It runs under the training job's effective env (`run_env.effective_env`: the job's env plus what
+verl adds for every worker), so a setting verl overrides is measured as training will see it.
+Its timeout grows with the node count (`timeout_minutes`). The numbers are outputs. A failure stops `pulumi up` before the GrpoJob, with the measured
 numbers and the likely cause. The check runs once per cluster shape: it is replaced (and run
 again) only when what it checks changes, and the GrpoJob's `checked` input follows its id, so a
 re-check stops the training job first (both need every GPU) and the job resumes after it.
@@ -58,13 +61,13 @@ class ClusterCheckArgs:
     profile: HardwareProfile
     nodes: int  # GPU worker nodes of the RayCluster
     model_path: str  # the staged model on /data, read for the throughput check
-    runtime_env: dict  # the training job's runtime env (NCCL plugin and tuning)
+    runtime_env: dict  # the training workers' effective env (run_env.effective_env)
     namespace: str
     head_service: pulumi.Input[str]
     kubeconfig: pulumi.Input[str] | None = None
     dashboard_address: str | None = None
     dashboard_port: int = DASHBOARD_PORT
-    timeout_minutes: int = 20
+    timeout_minutes: int | None = None  # default: timeout_minutes(nodes)
     # For a CPU-only Ray (tests): torch.distributed's gloo backend with this many CPU ranks, and
     # expectations of zero GPUs. Never set in a stack.
     gloo_ranks: int = 0
@@ -101,6 +104,18 @@ class ClusterCheck(pulumi.ComponentResource):
         })
 
 
+def timeout_minutes(nodes: int) -> int:
+    """How long the check may take: 20 minutes, plus one for every two nodes.
+
+    An allowance, not a measurement. The parts that do not grow run on every node at once
+    (starting the GPU workers, importing torch, the inventory; the all-reduce's data per rank
+    is fixed). What grows is NCCL's setup across the ranks (bootstrap and ring or tree
+    connections, about linear in ranks) and the scheduling of one actor per GPU: at 64 nodes,
+    512 ranks, 52 minutes.
+    """
+    return 20 + nodes // 2
+
+
 def expected(args: ClusterCheckArgs) -> dict[str, Any]:
     """What the cluster must measure: the target's floors, for the cluster's shape."""
     target = EXPECTATIONS[args.profile.target]
@@ -111,6 +126,8 @@ def expected(args: ClusterCheckArgs) -> dict[str, Any]:
         "gpu_name": target.gpu_name,
         "min_busbw_gbs": target.min_busbw_gbs,
         "min_read_mbps": MIN_READ_MBPS,
+        "nccl_network": target.nccl_network,
+        "mnnvl": target.mnnvl,
     }
     return {**values, **args.expected_overrides}
 
@@ -143,7 +160,7 @@ def check_inputs(name: str, args: ClusterCheckArgs) -> dict[str, Any]:
         "runtime_env": args.runtime_env,
         "expected": want,
         "metadata": {"verl-gke-stack": pulumi.get_stack(), "verl-gke-resource": name},
-        "timeout_s": args.timeout_minutes * 60,
+        "timeout_s": (args.timeout_minutes or timeout_minutes(args.nodes)) * 60,
         "access": access,
         "version": PROVIDER_VERSION,
         **dict.fromkeys(_OUTPUT_KEYS),
@@ -295,11 +312,47 @@ def judge(measured: dict[str, Any], want: dict[str, Any]) -> list[str]:
             "RDMA networks not attached to the worker pods; NCCL falling back to TCP). Look for "
             "'NET/gIB' or 'NET/Socket' in the check job's NCCL INFO lines"
         )
+    problems += _fabric_problems(measured["allReduce"], want)
     read = measured["read"]["mbps"]
     if read < want["min_read_mbps"]:
         problems.append(
             f"reading {measured['read']['path']} ran at {read:.0f} MB/s, below "
             f"{want['min_read_mbps']:g} MB/s: the gcsfuse sidecar is likely throttled (its CPU "
             "and memory annotations) or the bucket is in another region than the nodes"
+        )
+    return problems
+
+
+def _fabric_problems(all_reduce: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """What NCCL reported using, against what the target's fabric must be."""
+    nccl = all_reduce.get("nccl") or {}
+    ranks = all_reduce["world_size"]
+    if not (want.get("nccl_network") or want.get("mnnvl")):
+        return []
+    if not nccl.get("reporting_ranks"):
+        return [
+            "NCCL printed no INFO report on any rank, so the fabric it used is unknown: the "
+            "check sets NCCL_DEBUG=INFO and NCCL_DEBUG_FILE in each rank; an image whose NCCL "
+            "ignores them, or a failed init, leaves nothing to read. Look at the check job's "
+            "worker logs"
+        ]
+    problems = []
+    network = want.get("nccl_network")
+    if network and nccl.get("networks") != [network]:
+        problems.append(
+            f"NCCL used network {', '.join(nccl.get('networks') or ['none'])}, not {network}: "
+            "the gIB plugin did not load (NCCL_NET_PLUGIN; /usr/local/gib/lib64 on "
+            "LD_LIBRARY_PATH; the nccl-rdma-installer DaemonSet on every GPU node) or the RDMA "
+            "networks are not attached to the worker pods. NCCL's lines: "
+            + " | ".join(nccl.get("lines") or [])
+        )
+    if want.get("mnnvl") and nccl.get("mnnvl_ranks") != ranks:
+        problems.append(
+            f"NCCL enabled multi-node NVLink (MNNVL 1) on {nccl.get('mnnvl_ranks', 0)} of "
+            f"{ranks} ranks: FSDP would run over RDMA at a tenth of NVLink's bandwidth. MNNVL "
+            "needs NCCL_CUMEM_ENABLE=1 in the job's env (verl sets 0 for every worker "
+            "otherwise), the ComputeDomain's IMEX channel claimed by every worker, and all "
+            "nodes in one NVL72 domain (the pool's 1x72 placement). NCCL's lines: "
+            + " | ".join(nccl.get("lines") or [])
         )
     return problems

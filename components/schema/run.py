@@ -1,25 +1,23 @@
-"""The GRPO training run as data: its config model, its checks, its command line and its env.
+"""The GRPO training run as data: its config model and its command line.
 
 Pure functions over `GrpoRunConfig` and a `HardwareProfile`; nothing here talks to Ray or
-Pulumi. `components/ray/grpo_job.py` turns the result into a submitted Ray job.
+Pulumi. `components/ray/grpo_job.py` turns the result into a submitted Ray job. By concern:
+- run_sizing.py: the defaults of every unset field, from the tutorial, the cluster and the
+  model (`resolve`);
+- run_checks.py and run_memory.py: what verl or vLLM would refuse, and what would not fit;
+- run_identity.py: what names the run's checkpoint directory, and what keeps it;
+- run_env.py: the Ray runtime env, and the env verl's workers really get;
+- here: the config keys, the Hydra overrides and entrypoint, resuming, export, and the
+  problems of a run gathered in one list (`run_problems`).
 
-What it does: fills every setting the user leaves unset with the tutorial's value for the target
-(TUTORIAL.md, "GrpoJob"), rejects before anything is submitted what verl would reject hours later
-on the GPUs, gives every run its own checkpoint directory on the bucket and always resumes from it
-(`resume_mode=auto`, ANCHORS defect 6), and builds the Ray runtime env as data (ANCHORS defects 1
-and 2).
-
-A run is identified by everything that shapes its state (`run_identity`): the model and its
-revision, the world size, the strategy and parallelism, the algorithm, optimiser, batch and data
-settings, and any extra override not known to be harmless. Its directory is
-`/checkpoint-bucket/checkpoints/<runName>-<N>gpu-<12 hex of that identity>`: the same identity resumes, a
-different one starts clean. Keys that only extend, observe or tune the execution of a run
-(`CONTINUATION_FIELDS`) keep its directory.
-What it does not do: stage the model, data or verl source (model staging owns that), or
-validate Hydra keys it does not model (`extraOverrides` is passed through as written).
+Every run checkpoints to its own directory on the bucket and always resumes from it
+(`resume_mode=auto`, ANCHORS defect 6): `/checkpoint-bucket/checkpoints/<runName>-<N>gpu-<12
+hex of its identity>`. What it does not do: stage the model, data or verl source (model staging
+owns that), or validate Hydra keys it does not model (`extraOverrides` is passed through as
+written, after Hydra's own parser and merge check them against the program's keys).
 
 verl's checks are read at volcengine/verl b178a3cd5 (2026-01-29), the newest snapshot available
-here; the tutorial's VERL_REF ddbcdb7 is not in it. Each check below names the file it mirrors.
+here; the tutorial's VERL_REF ddbcdb7 is not in it. Each check names the file it mirrors.
 """
 
 from __future__ import annotations
@@ -30,22 +28,32 @@ import re
 import shlex
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from pydantic.alias_generators import to_camel
 
-from components.facts.hardware import HardwareProfile, NodeNetworking, Target
+from components.facts.hardware import HardwareProfile
+from components.facts.models import ModelShape
 from components.facts.layout import (
     CHECKPOINT_ROOT,
     CHECKPOINT_STEP_DIR,
     CHECKPOINT_SUBPATH,
     CHECKPOINT_TRACKER,
     DATA_MOUNT,
-    HF_HOME,
     VERL_DIR,
 )
 from components.messages import quoted
 from components.schema.hydra_overrides import PROTECTED_KEYS, override_problems, override_text
-from components.schema.lifecycle import RunLifecycle, WaitFor
+from components.schema.lifecycle import RunLifecycle
+from components.schema.run_checks import batch_problems, hardware_problems, model_problems
+from components.schema.run_env import effective_env, runtime_env  # noqa: F401 (re-exported)
+from components.schema.run_identity import (  # noqa: F401 (re-exported)
+    CONTINUATION_FIELDS,
+    CONTINUATION_OVERRIDES,
+    REFERENCE_DTYPE,
+    identity_of,
+)
+from components.schema.run_memory import Offload
+from components.schema.run_sizing import SIZED_FIELDS, resolve  # noqa: F401 (re-exported)
 
 CONFIG_KEY = "verl-gke:job"
 # The bucket is mounted at /data in every Ray pod (GcsFuseStorage); each run checkpoints to its
@@ -93,26 +101,36 @@ class GrpoRunConfig(RunLifecycle):
         f"{DATA_MOUNT}/gsm8k/train.parquet", description="data.train_files."
     )
     val_files: str = Field(f"{DATA_MOUNT}/gsm8k/test.parquet", description="data.val_files.")
-    train_batch_size: int = Field(256, gt=0, description="data.train_batch_size (prompts).")
+    train_batch_size: int | None = Field(
+        None, gt=0,
+        description="data.train_batch_size (prompts); default: 256, or more so that every GPU "
+        "gets at least 64 samples per step (docs/training.md).",
+    )
     max_prompt_length: int = Field(512, gt=0, description="data.max_prompt_length (tokens).")
     max_response_length: int = Field(
         512, gt=0, description="data.max_response_length (tokens)."
     )
-    learning_rate: float = Field(1e-5, gt=0, description="actor_rollout_ref.actor.optim.lr.")
+    # verl's own GSM8K GRPO recipes, for Qwen2-7B and for Qwen2.5-32B-Instruct, train at 1e-6
+    # with the KL loss (examples/grpo_trainer/run_qwen2-7b.sh:14-21 and
+    # run_qwen2_5_32b_grpo_npu.sh:13-20 at verl b178a3cd5); the tutorial's 1e-5 without KL on
+    # a4/a3u is 10x that for a full-parameter update of a 32B policy (review finding 7).
+    learning_rate: float = Field(
+        1e-6, gt=0, description="actor_rollout_ref.actor.optim.lr; default 1e-6 (verl's recipes)."
+    )
     ppo_mini_batch_size: int | None = Field(
         None, gt=0,
-        description="actor_rollout_ref.actor.ppo_mini_batch_size; "
-        "default: 256 (a4, a3u), 64 (a4x).",
+        description="actor_rollout_ref.actor.ppo_mini_batch_size; default: the train batch "
+        "(a4, a3u) or a quarter of it (a4x), the tutorial's optimizer steps per RL step.",
     )
     ppo_micro_batch_size_per_gpu: int | None = Field(
         None, gt=0,
-        description="actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu; "
-        "default: 64 (a4, a3u), 8 (a4x).",
+        description="actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu; default: the largest "
+        "divisor of the per-GPU mini batch, at most 64, that fits in memory.",
     )
-    use_kl_loss: bool | None = Field(
-        None,
-        description="actor_rollout_ref.actor.use_kl_loss; default: left to verl (a4, a3u), "
-        "True (a4x).",
+    use_kl_loss: bool = Field(
+        True,
+        description="actor_rollout_ref.actor.use_kl_loss (GRPO's KL to the reference policy, "
+        "weighted by klCoef); default True, as in verl's GRPO recipes.",
     )
     # Megatron has other divisibility rules (tensor x pipeline x context parallel) that
     # run_problems does not model, so only the FSDP strategies are accepted.
@@ -125,25 +143,46 @@ class GrpoRunConfig(RunLifecycle):
     tensor_model_parallel_size: int | None = Field(
         None, gt=0,
         description="actor_rollout_ref.rollout.tensor_model_parallel_size; must divide the GPUs "
-        "per node; default: all GPUs of a node (8 on a4 and a3u, 4 on a4x).",
+        "per node, the attention heads and the KV heads; default: the smallest such size that "
+        "leaves half of vLLM's memory for the KV cache (2 for a 32B model).",
     )
-    gpu_memory_utilization: float = Field(
-        0.6, gt=0, le=1, description="actor_rollout_ref.rollout.gpu_memory_utilization."
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1,
+        description="actor_rollout_ref.rollout.gpu_memory_utilization; default 0.6 (the "
+        "tutorial's), lower when FSDP's resident state leaves less.",
+    )
+    fsdp_size: int | None = Field(
+        None, ge=-1,
+        description="actor_rollout_ref.actor.fsdp_config.fsdp_size: GPUs per FSDP sharding group "
+        "(HSDP), -1 for all; default: all up to 16 GPUs, beyond that the smallest group of "
+        "whole nodes of at least 16 GPUs that fits in memory.",
+    )
+    offload: Offload | None = Field(
+        None,
+        description="What FSDP keeps in host memory: none, optimizer, or all (parameters too); "
+        "verl's fsdp_config optimizer_offload / param_offload. default: none, unless the run "
+        "does not fit without it.",
     )
     rollout_n: int = Field(
         8, gt=0, description="actor_rollout_ref.rollout.n: responses sampled per prompt."
     )
     rollout_log_prob_micro_batch_size_per_gpu: int | None = Field(
         None, gt=0,
-        description="actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu; "
-        "default: 8 (a4, a3u), 16 (a4x).",
+        description="actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu; default: the "
+        "largest divisor of the per-GPU samples, at most 64, that fits in memory.",
     )
     ref_log_prob_micro_batch_size_per_gpu: int | None = Field(
         None, gt=0,
-        description="actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu; "
-        "default: 4 (a4, a3u), 16 (a4x).",
+        description="actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu; default: as the "
+        "rollout's.",
     )
-    kl_coef: float = Field(0.001, ge=0, description="algorithm.kl_ctrl.kl_coef.")
+    # GRPO's KL is the actor's KL loss (dp_actor.py:648 at verl b178a3cd5); algorithm.kl_ctrl
+    # is read only with use_kl_in_reward (ray_trainer.py:306-307), which GRPO leaves off.
+    kl_coef: float = Field(
+        0.001, ge=0,
+        description="actor_rollout_ref.actor.kl_loss_coef, with useKlLoss; default 0.001 "
+        "(verl's).",
+    )
     logger: str = Field(
         "console",
         description="trainer.logger: console, wandb, mlflow, tensorboard, or a list such as "
@@ -183,6 +222,21 @@ class GrpoRunConfig(RunLifecycle):
         "`job.checkpointUri` output (`grpo-16gpu-0123456789ab`), optionally "
         "`/global_step_<n>`; default: its latest. Refused when its GPU count differs.",
     )
+    # The model's shape, set by the program once it is known (components/preflight/model_shape.py);
+    # not a config key. None: unknown, the defaults are derived for DEFAULT_MODEL and the checks
+    # that need the shape are left to the model check at preview.
+    _model: ModelShape | None = PrivateAttr(default=None)
+
+    def with_model(self, shape: ModelShape) -> GrpoRunConfig:
+        """This run, for a model of this shape."""
+        run = self.model_copy()
+        run._model = shape
+        return run
+
+    @property
+    def model(self) -> ModelShape | None:
+        return self._model
+
     @field_validator("logger")
     @classmethod
     def _known_loggers(cls, value: str) -> str:
@@ -221,36 +275,6 @@ class GrpoRunConfig(RunLifecycle):
         return value
 
 
-# The tutorial's values where a4/a3u and a4x differ. None means "the tutorial leaves the key
-# out": it is not passed, so verl's own default applies.
-_PER_TARGET_DEFAULTS: dict[str, dict[Target, object]] = {
-    "ppo_mini_batch_size": {Target.A4: 256, Target.A3_ULTRA: 256, Target.A4X: 64},
-    "ppo_micro_batch_size_per_gpu": {Target.A4: 64, Target.A3_ULTRA: 64, Target.A4X: 8},
-    "use_kl_loss": {Target.A4: None, Target.A3_ULTRA: None, Target.A4X: True},
-    "rollout_log_prob_micro_batch_size_per_gpu": {
-        Target.A4: 8, Target.A3_ULTRA: 8, Target.A4X: 16,
-    },
-    "ref_log_prob_micro_batch_size_per_gpu": {Target.A4: 4, Target.A3_ULTRA: 4, Target.A4X: 16},
-    "val_before_train": {Target.A4: False, Target.A3_ULTRA: False, Target.A4X: None},
-}
-
-
-def resolve(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> GrpoRunConfig:
-    """The run with every unset field filled from the tutorial and the hardware."""
-    unset = {
-        key: by_target[profile.target]
-        for key, by_target in _PER_TARGET_DEFAULTS.items()
-        if getattr(run, key) is None
-    }
-    gpus_per_node = run.n_gpus_per_node or profile.gpus_per_node
-    hardware = {
-        "tensor_model_parallel_size": run.tensor_model_parallel_size or gpus_per_node,
-        "nnodes": run.nnodes or nodes,
-        "n_gpus_per_node": gpus_per_node,
-    }
-    return run.model_copy(update={**unset, **hardware})
-
-
 # Hydra key of each typed field, in the order of the tutorial's override table.
 _HYDRA_KEYS: dict[str, str] = {
     "adv_estimator": "algorithm.adv_estimator",
@@ -273,7 +297,7 @@ _HYDRA_KEYS: dict[str, str] = {
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
     "ref_log_prob_micro_batch_size_per_gpu":
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-    "kl_coef": "algorithm.kl_ctrl.kl_coef",
+    "kl_coef": "actor_rollout_ref.actor.kl_loss_coef",
     "logger": "trainer.logger",
     "val_before_train": "trainer.val_before_train",
     "n_gpus_per_node": "trainer.n_gpus_per_node",
@@ -281,30 +305,18 @@ _HYDRA_KEYS: dict[str, str] = {
     "save_freq": "trainer.save_freq",
     "test_freq": "trainer.test_freq",
     "total_epochs": "trainer.total_epochs",
+    # Not in the tutorial: HSDP (verl/workers/fsdp_workers.py:98-105 create_device_mesh, the
+    # actor's fsdp_size also shards the reference, :166).
+    "fsdp_size": "actor_rollout_ref.actor.fsdp_config.fsdp_size",
+}
+# Keys a typed field sets through something other than _HYDRA_KEYS.
+_OFFLOAD_KEYS = {
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": (Offload.OPTIMIZER, Offload.ALL),
+    "actor_rollout_ref.actor.fsdp_config.param_offload": (Offload.ALL,),
+    "actor_rollout_ref.ref.fsdp_config.param_offload": (Offload.ALL,),
 }
 _OVERRIDE_KEY = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
-# Settings that extend, observe or only tune the execution of a run: changing one keeps the run
-# (its checkpoint directory), so the job restarts and resumes where it was. Everything else of
-# GrpoRunConfig shapes the run's state and starts a new one, including any field added later.
-# - extend: more epochs;
-# - observe: checkpoint and validation cadence, loggers, validation data;
-# - execution: micro batches and rollout memory split the same batch differently over the same
-#   GPUs (the usual fix after an OOM), which does not change what is learned;
-# - how the job is followed and named.
-CONTINUATION_FIELDS = frozenset({
-    "total_epochs",
-    "save_freq", "test_freq", "logger", "val_before_train", "val_files",
-    "ppo_micro_batch_size_per_gpu", "rollout_log_prob_micro_batch_size_per_gpu",
-    "ref_log_prob_micro_batch_size_per_gpu", "gpu_memory_utilization", "run_name",
-    *RunLifecycle.model_fields,
-})
-# Extra overrides of the same kinds; every other extra override is part of the run's identity.
-CONTINUATION_OVERRIDES = frozenset({
-    "trainer.total_training_steps", "trainer.project_name", "trainer.experiment_name",
-    "trainer.log_val_generations", "trainer.max_actor_ckpt_to_keep",
-    "trainer.rollout_data_dir", "trainer.validation_data_dir",
-})
 # With resumeFrom, the entrypoint decides at run time (the bucket is only visible there) whether
 # the run resumes from its own checkpoints or starts from the other run's: these shell variables
 # carry the decision into the two overrides.
@@ -319,25 +331,8 @@ def world_size(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> int:
 def run_identity(
     run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
 ) -> dict:
-    """Everything that shapes the run's state; the same identity resumes the same checkpoints.
-
-    Values are the resolved ones, so spelling out a default does not start a new run. The world
-    size stands for nnodes and nGpusPerNode: verl's FSDP shards are named by rank and world size
-    (`model_world_size_<N>_rank_<r>.pt`), so any other split of the same GPU count loads them.
-    """
-    resolved = resolve(run, profile, nodes)
-    identity = resolved.model_dump(
-        mode="json",
-        exclude={*CONTINUATION_FIELDS, "extra_overrides", "nnodes", "n_gpus_per_node"},
-    )
-    identity["adv_estimator"] = "grpo"
-    identity["world_size"] = resolved.nnodes * resolved.n_gpus_per_node
-    identity["model_revision"] = model_revision
-    identity["extra_overrides"] = {
-        key: value for key, value in sorted(run.extra_overrides.items())
-        if key.lstrip("+~") not in CONTINUATION_OVERRIDES
-    }
-    return identity
+    """Everything that shapes the run's state (components/schema/run_identity.py)."""
+    return identity_of(resolve(run, profile, nodes), run, profile, model_revision)
 
 
 def run_dir_name(
@@ -355,11 +350,18 @@ def hydra_overrides(
     """main_ppo's overrides: the tutorial's, in its order, then checkpointing, then extras."""
     resolved = resolve(run, profile, nodes)
     values = {"adv_estimator": "grpo", **resolved.model_dump()}
+    if not resolved.use_kl_loss:
+        values["kl_coef"] = None  # no KL loss: the coefficient is refused when set (run_checks)
     overrides = {
         hydra_key: _hydra_value(values[field])
         for field, hydra_key in _HYDRA_KEYS.items()
         if values[field] is not None
     }
+    if resolved.use_kl_loss:
+        overrides[REFERENCE_DTYPE[0]] = REFERENCE_DTYPE[1]
+    overrides.update({
+        key: "True" for key, modes in _OFFLOAD_KEYS.items() if resolved.offload in modes
+    })
     overrides.update(_checkpoint_overrides(run, profile, nodes, model_revision))
     overrides.update({key: _hydra_value(value) for key, value in run.extra_overrides.items()})
     return overrides
@@ -425,64 +427,6 @@ def _resume_choice(own_dir: str, resume_from: str) -> str:
     )
 
 
-# NCCL over the gIB plugin on the RDMA VPC targets (the tutorial's runtime-env.yaml, A4/A3U);
-# the tuner file differs per machine and comes from the profile (ANCHORS defect 2).
-_RDMA_VPC_NCCL_ENV = {
-    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64",
-    "NCCL_NET_PLUGIN": "/usr/local/gib/lib64/libnccl-net_internal.so",
-    "NCCL_CROSS_NIC": "0",
-    "NCCL_NET_GDR_LEVEL": "PIX",
-    "NCCL_P2P_NET_CHUNKSIZE": "131072",
-    "NCCL_NVLS_CHUNKSIZE": "524288",
-    "NCCL_IB_ADAPTIVE_ROUTING": "1",
-    "NCCL_IB_QPS_PER_CONNECTION": "4",
-    "NCCL_IB_TC": "52",
-    "NCCL_IB_FIFO_TC": "84",
-}
-# A4X: the gIB arm64 plugin sits next to the driver libraries and tunes itself through the
-# `gcp` env plugin (the tutorial's A4X runtime env).
-_DRANET_NCCL_ENV = {
-    "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64",
-    "NCCL_ENV_PLUGIN": "gcp",
-}
-# verl's own defaults (verl/trainer/runtime_env.yaml), which the tutorial's file drops. Its
-# HCCL_* entries are for Ascend NPUs and are left out.
-_VERL_ENV = {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-
-
-def runtime_env(
-    profile: HardwareProfile, nodes: int, tensorboard_dir: str | None = None
-) -> dict:
-    """The Ray runtime env of the job: env vars only.
-
-    No `working_dir`, `py_modules` or `pip`: verl is already on the bucket (PYTHONPATH) and in
-    the image, and an upload from the machine running Pulumi is slow and size-capped (ray
-    #45602, verl #696). No `setup_hook`: it is not a runtime_env field; the tutorial's file sets
-    it by mistake (ANCHORS defect 1).
-    """
-    env = {
-        "PYTHONPATH": VERL_DIR,
-        "NCCL_DEBUG": "INFO",
-        **_VERL_ENV,
-        "HF_HOME": HF_HOME,
-        # Gloo (CPU collectives) must use the pod network, not an RDMA NIC.
-        "GLOO_SOCKET_IFNAME": "eth0",
-    }
-    if profile.networking is NodeNetworking.RDMA_VPC:
-        env.update(_RDMA_VPC_NCCL_ENV)
-        env["NCCL_TUNER_CONFIG_PATH"] = profile.nccl_tuner_config
-        # The tutorial's sizing hints, derived instead of hard-coded for two nodes of eight.
-        env["NUM_WORKERS"] = str(nodes)
-        env["GPUS_PER_WORKER"] = str(profile.gpus_per_node)
-    else:
-        env.update(_DRANET_NCCL_ENV)
-    if tensorboard_dir:
-        # verl's TensorBoard adapter writes where this says (verl/utils/tracking.py
-        # _TensorboardAdapter); default: a relative path under the working dir, /data/verl.
-        env["TENSORBOARD_DIR"] = tensorboard_dir
-    return {"env_vars": env}
-
-
 def tensorboard_dir(run: GrpoRunConfig, run_dir: str) -> str | None:
     """The run's TensorBoard directory on the bucket, when the run logs to TensorBoard."""
     if "tensorboard" not in run.loggers:
@@ -524,9 +468,11 @@ def checkpoint_uri(bucket_url: str) -> str:
 def run_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
     """Every reason verl would refuse this run on this cluster, each with its fix; [] if none."""
     resolved = resolve(run, profile, nodes)
+    user_set = run.model_fields_set
     return [
-        *_hardware_problems(resolved, profile, nodes),
-        *_batch_problems(resolved),
+        *hardware_problems(resolved, profile, nodes, user_set),
+        *batch_problems(resolved, user_set),
+        *model_problems(resolved, profile, user_set),
         *_resume_problems(run, profile, nodes),
         *_override_problems(run, profile, nodes),
     ]
@@ -534,77 +480,6 @@ def run_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> li
 
 def _key(field: str) -> str:
     return f"{CONFIG_KEY}.{to_camel(field)}"
-
-
-def _divisors(n: int) -> str:
-    found = [str(d) for d in range(1, n + 1) if n % d == 0]
-    return ", ".join(found[:-1]) + f" or {found[-1]}" if len(found) > 1 else found[0]
-
-
-def _hardware_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
-    problems = []
-    target = profile.target.value
-    if run.n_gpus_per_node > profile.gpus_per_node:
-        problems.append(
-            f"{_key('n_gpus_per_node')}={run.n_gpus_per_node} exceeds the "
-            f"{profile.gpus_per_node} GPUs per node of {target}: use at most "
-            f"{profile.gpus_per_node}, or leave it unset"
-        )
-    if run.nnodes > nodes:
-        problems.append(
-            f"{_key('nnodes')}={run.nnodes} exceeds the {nodes} GPU worker nodes of the "
-            f"RayCluster: use at most {nodes}, or raise the node count"
-        )
-    # vLLM places one tensor-parallel group inside a node (verl/workers/rollout/vllm_rollout/
-    # vllm_async_server.py: "gpus_per_node should be divisible by tensor_model_parallel_size").
-    gpus = min(run.n_gpus_per_node, profile.gpus_per_node)
-    if gpus % run.tensor_model_parallel_size:
-        problems.append(
-            f"{_key('tensor_model_parallel_size')}={run.tensor_model_parallel_size} must divide "
-            f"the {gpus} GPUs per node of {target}: use {_divisors(gpus)}"
-        )
-    return problems
-
-
-def _batch_problems(run: GrpoRunConfig) -> list[str]:
-    """verl's batch-size checks for the FSDP strategies, with the numbers it will compute."""
-    if str(run.extra_overrides.get("actor_rollout_ref.actor.use_dynamic_bsz")) == "True":
-        return []  # verl skips these checks with dynamic batch sizes, so do we.
-    problems = []
-    n_gpus = run.nnodes * run.n_gpus_per_node
-    samples = run.train_batch_size * run.rollout_n
-    # verl/utils/config.py validate_config: real_train_batch_size % minimal_bsz (n_gpus) == 0.
-    if samples % n_gpus:
-        problems.append(
-            f"{_key('train_batch_size')}={run.train_batch_size} x {_key('rollout_n')}="
-            f"{run.rollout_n} = {samples} samples per step must be divisible by the {n_gpus} "
-            f"GPUs of the run: use a multiple of {n_gpus} samples"
-        )
-    # verl/workers/config/actor.py ActorConfig.validate: train_batch_size >= ppo_mini_batch_size.
-    if run.train_batch_size < run.ppo_mini_batch_size:
-        problems.append(
-            f"{_key('ppo_mini_batch_size')}={run.ppo_mini_batch_size} exceeds "
-            f"{_key('train_batch_size')}={run.train_batch_size}: use at most "
-            f"{run.train_batch_size}"
-        )
-    # verl/workers/fsdp_workers.py ActorRolloutRefWorker.__init__ normalises the mini batch to
-    # ppo_mini_batch_size * rollout.n // n_gpus per GPU, then asserts it is > 0 and divisible
-    # by ppo_micro_batch_size_per_gpu.
-    per_gpu = run.ppo_mini_batch_size * run.rollout_n // n_gpus
-    if per_gpu == 0:
-        problems.append(
-            f"{_key('ppo_mini_batch_size')}={run.ppo_mini_batch_size} x {_key('rollout_n')}="
-            f"{run.rollout_n} leaves no sample for each of the {n_gpus} GPUs: use at least "
-            f"{-(-n_gpus // run.rollout_n)}"
-        )
-    elif per_gpu % run.ppo_micro_batch_size_per_gpu:
-        problems.append(
-            f"{_key('ppo_micro_batch_size_per_gpu')}={run.ppo_micro_batch_size_per_gpu} must "
-            f"divide the per-GPU mini batch ppoMiniBatchSize x rolloutN // GPUs = "
-            f"{run.ppo_mini_batch_size} x {run.rollout_n} // {n_gpus} = {per_gpu}: use "
-            f"{_divisors(per_gpu)}"
-        )
-    return problems
 
 
 def _resume_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
@@ -624,6 +499,7 @@ def _resume_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -
 
 def _override_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
     typed = {hydra_key: field for field, hydra_key in _HYDRA_KEYS.items()}
+    typed.update(dict.fromkeys(_OFFLOAD_KEYS, "offload"))
     problems = []
     checked = {}
     for key, value in run.extra_overrides.items():

@@ -4,10 +4,14 @@
         --read-path /data/Qwen2.5-32B-Instruct
 
 1. inventory: on every node with GPUs, a task holding all of them reports torch's device count
-   and names (gloo: the nodes' GPU resources only, no CUDA);
+   and names (gloo: the nodes' GPU resources only, no CUDA); every node's task is submitted
+   before any is waited for, so the nodes start their GPU workers at the same time;
 2. all-reduce: one Ray actor per rank (nccl: one per GPU, all GPUs of the cluster; gloo: --ranks
    CPU ranks), torch.distributed over `--backend`, a --size-mb float32 tensor all-reduced
    --iters times after two warm-ups; bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n);
+   each rank also returns NCCL's own report of what it used, read from its NCCL INFO log:
+   the network ("Using network gIB", NVIDIA/nccl src/init.cc:486) and whether multi-node
+   NVLink is on ("MNNVL 1 ...", src/mnnvl.cc:96), both at 5067397c;
 3. read: sequential 16 MiB reads of up to --read-mb of the files under --read-path, largest
    first (the model's shards), MB/s.
 
@@ -21,13 +25,28 @@ import argparse
 import datetime
 import json
 import os
+import re
 import socket
+import tempfile
 import time
 
 import ray
 
 RESULT_PREFIX = "VERL_GKE_CLUSTER_CHECK "
 _CHUNK = 16 * 2**20
+_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
+_MNNVL = re.compile(r"NCCL INFO MNNVL (\d)")
+
+
+def nccl_report(text: str) -> dict:
+    """What one rank's NCCL INFO log says it used: its networks and whether MNNVL was on."""
+    mnnvl = [int(m) for m in _MNNVL.findall(text)]
+    return {
+        "networks": sorted(set(_NETWORK.findall(text))),
+        "mnnvl": max(mnnvl) if mnnvl else None,  # None: NCCL never reached its MNNVL check
+        "lines": [line.strip() for line in text.splitlines()
+                  if _NETWORK.search(line) or _MNNVL.search(line)][:4],
+    }
 
 
 @ray.remote
@@ -45,6 +64,12 @@ class Rank:
         import torch
         import torch.distributed as dist
 
+        # NCCL reads these once, at its first init in this process: its INFO lines go to a file
+        # of this rank's own, which the rank returns (the driver does not see worker output).
+        log = os.path.join(tempfile.mkdtemp(prefix="verl-gke-nccl-"), "nccl.log")
+        if backend == "nccl":
+            os.environ["NCCL_DEBUG"] = "INFO"
+            os.environ["NCCL_DEBUG_FILE"] = log
         dist.init_process_group(
             backend, init_method=f"tcp://{master[0]}:{master[1]}", rank=rank, world_size=world,
             timeout=datetime.timedelta(minutes=5),
@@ -66,8 +91,12 @@ class Rank:
         seconds = (time.perf_counter() - started) / iters
         dist.destroy_process_group()
         algbw = tensor.numel() * 4 / seconds / 1e9
+        text = ""
+        if os.path.exists(log):
+            with open(log, encoding="utf-8", errors="replace") as file:
+                text = file.read()
         return {"algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world - 1) / world,
-                "seconds": seconds, "bytes": tensor.numel() * 4}
+                "seconds": seconds, "bytes": tensor.numel() * 4, "nccl": nccl_report(text)}
 
 
 @ray.remote
@@ -79,19 +108,21 @@ def _devices() -> dict:
 
 
 def inventory(backend: str, gpus_per_node: int) -> list[dict]:
-    nodes = [n for n in ray.nodes() if n["Alive"]]
-    found = []
-    for node in nodes:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    found, pending = [], []
+    for node in (n for n in ray.nodes() if n["Alive"]):
         gpus = int(node["Resources"].get("GPU", 0))
         entry = {"node": node["NodeManagerAddress"], "gpus": gpus, "names": []}
         if backend == "nccl" and gpus:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
             strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            entry.update(ray.get(_devices.options(
+            pending.append((entry, _devices.options(
                 num_gpus=gpus, scheduling_strategy=strategy).remote()))
         if gpus or backend == "gloo":
             found.append(entry)
+    # All nodes' tasks are in flight before the first result is awaited.
+    for entry, devices in zip([e for e, _ in pending], ray.get([r for _, r in pending])):
+        entry.update(devices)
     return found
 
 
@@ -104,7 +135,15 @@ def all_reduce(backend: str, world: int, size_mb: int, iters: int) -> dict:
         for i, rank in enumerate(ranks)
     ])
     slowest = min(results, key=lambda r: r["busbw_gbs"])
-    return {**slowest, "world_size": world}
+    reports = [r["nccl"] for r in results]
+    nccl = {
+        "networks": sorted({name for r in reports for name in r["networks"]}),
+        "mnnvl_ranks": sum(1 for r in reports if r["mnnvl"] == 1),
+        "reporting_ranks": sum(1 for r in reports if r["networks"] or r["mnnvl"] is not None),
+        "lines": reports[0]["lines"],
+    }
+    return {**{k: v for k, v in slowest.items() if k != "nccl"}, "world_size": world,
+            "nccl": nccl}
 
 
 def read_throughput(path: str, limit_mb: int) -> dict:

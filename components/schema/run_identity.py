@@ -1,0 +1,94 @@
+"""What a run is: the settings that shape its state and name its checkpoint directory.
+
+A run is identified by everything that shapes its state: the model and its revision, the world
+size, the strategy and sharding, the algorithm, optimiser, batch and data settings, the verl
+source and image it trains with, and any extra override not known to be harmless. Settings that
+only extend, observe or tune the execution of a run (`CONTINUATION_FIELDS`,
+`CONTINUATION_OVERRIDES`) keep its directory, so changing one restarts the job, which resumes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from components.facts import pins
+from components.facts.hardware import HardwareProfile
+from components.schema.lifecycle import RunLifecycle
+
+if TYPE_CHECKING:
+    from components.schema.run import GrpoRunConfig
+
+# The reference policy in bf16: verl builds it with ref.fsdp_config, whose model_dtype is fp32
+# in the composed config (_generated_ppo_trainer.yaml:176 at b178a3cd5) although the worker's
+# own fallback for a non-actor is bf16 (fsdp_workers.py:324-328). It is only read for
+# log-probs, so fp32 master weights buy nothing but 2 bytes per parameter per GPU.
+REFERENCE_DTYPE = ("actor_rollout_ref.ref.fsdp_config.model_dtype", "bfloat16")
+# Settings that extend, observe or only tune the execution of a run: changing one keeps the run
+# (its checkpoint directory), so the job restarts and resumes where it was. Everything else of
+# GrpoRunConfig shapes the run's state and starts a new one, including any field added later.
+# - extend: more epochs;
+# - observe: checkpoint and validation cadence, loggers, validation data;
+# - execution: micro batches, offload, rollout memory and rollout TP split the same batch
+#   differently over the same GPUs (the usual fixes after an OOM), which does not change what
+#   is learned; vLLM's weights are synced from FSDP every step, so its TP holds no state;
+# - how the job is followed and named.
+CONTINUATION_FIELDS = frozenset({
+    "total_epochs",
+    "save_freq", "test_freq", "logger", "val_before_train", "val_files",
+    "ppo_micro_batch_size_per_gpu", "rollout_log_prob_micro_batch_size_per_gpu",
+    "ref_log_prob_micro_batch_size_per_gpu", "gpu_memory_utilization", "run_name",
+    "tensor_model_parallel_size", "offload",
+    *RunLifecycle.model_fields,
+})
+# Extra overrides of the same kinds; every other extra override is part of the run's identity.
+# Execution-only keys of verl's config (verl/trainer/config/_generated_ppo_trainer.yaml at
+# b178a3cd5): dynamic batch sizes and their token budgets (:53-54, :134-135, :220-221), FSDP
+# offload (:30-31, :170-171), vLLM's batching, eager mode and cache (:203-212), activation
+# checkpointing and offload.
+CONTINUATION_OVERRIDES = frozenset({
+    "trainer.total_training_steps", "trainer.project_name", "trainer.experiment_name",
+    "trainer.log_val_generations", "trainer.max_actor_ckpt_to_keep",
+    "trainer.rollout_data_dir", "trainer.validation_data_dir",
+    "actor_rollout_ref.actor.use_dynamic_bsz", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz",
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+    "actor_rollout_ref.actor.fsdp_config.offload_policy",
+    "actor_rollout_ref.rollout.max_num_seqs", "actor_rollout_ref.rollout.max_num_batched_tokens",
+    "actor_rollout_ref.rollout.enforce_eager", "actor_rollout_ref.rollout.free_cache_engine",
+    "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "actor_rollout_ref.model.enable_activation_offload",
+})
+def identity_of(
+    resolved: GrpoRunConfig, run: GrpoRunConfig, profile: HardwareProfile,
+    model_revision: str | None,
+) -> dict:
+    """Everything that shapes the run's state; the same identity resumes the same checkpoints.
+
+    Values are the resolved ones, so spelling out a default does not start a new run. The world
+    size stands for nnodes and nGpusPerNode: verl's FSDP shards are named by rank and world size
+    (`model_world_size_<N>_rank_<r>.pt`), so any other split of the same GPU count loads them.
+    `resolved` is `run` with its defaults filled (run.resolve); the extras are `run`'s own.
+    """
+    identity = resolved.model_dump(
+        mode="json",
+        exclude={*CONTINUATION_FIELDS, "extra_overrides", "nnodes", "n_gpus_per_node"},
+    )
+    identity["adv_estimator"] = "grpo"
+    identity["world_size"] = resolved.nnodes * resolved.n_gpus_per_node
+    identity["model_revision"] = model_revision
+    # verl's defaults (rollout mode, loss aggregation, reference dtype) change between releases
+    # (review finding 8): a checkpoint continues only under the trainer code and image it was
+    # written with. Another verl or image is another run, and the old one stays on the bucket.
+    identity["verl_ref"] = pins.VERL_REF
+    identity["image"] = pins.VERL_IMAGES[profile.arch]
+    if resolved.use_kl_loss:
+        identity["reference_dtype"] = REFERENCE_DTYPE[1]
+    else:
+        identity.pop("kl_coef")
+    identity["extra_overrides"] = {
+        key: value for key, value in sorted(run.extra_overrides.items())
+        if key.lstrip("+~") not in CONTINUATION_OVERRIDES
+    }
+    return identity

@@ -1,0 +1,201 @@
+"""The run's batch and parallelism defaults, derived from the GPU count and the model.
+
+The tutorial's values hold for its own cluster (2 x 8 or 4 x 4 GPUs, a 32B model). Here they
+are the starting point and the floors; what grows with the cluster is derived so that every node
+count the program accepts plans, and a GPU keeps enough samples per step to stay busy
+(../shared/reference/TRAINING-REVIEW.md findings 2 and 10; `make step-model` shows the effect).
+Only unset fields are derived: a value the user sets is kept and checked (run_checks.py).
+
+Order, each step using the ones before it:
+1. FSDP sharding group (HSDP) beyond 16 GPUs, the smallest group of whole nodes that fits;
+2. vLLM's share of the GPU, the tutorial's 0.6 unless FSDP's resident state leaves less, and
+   offload only when no share from 0.6 down to 0.3 fits without it;
+3. rollout TP, the smallest that divides the heads, the KV heads and the node, and leaves half
+   of vLLM's budget for the KV cache;
+4. the batch (at least SAMPLES_PER_GPU_FLOOR samples per GPU), the mini batch (the tutorial's
+   optimizer steps per RL step), then the micro batches: the largest that divide the per-GPU
+   batch, fit in memory and stay at or below MICRO_BATCH_CAP.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from components.facts.hardware import HardwareProfile, Target
+from components.facts.models import DEFAULT_MODEL, ModelShape
+from components.schema.run_memory import MemoryPlan, Offload, fits, vllm_need_gib
+
+if TYPE_CHECKING:
+    from components.schema.run import GrpoRunConfig
+
+# The tutorial's batch: 256 prompts x 8 responses = 2048 samples, 128 per GPU on its clusters.
+BASE_TRAIN_BATCH = 256
+# Below this many samples per GPU and step, each micro batch's all-gather of the whole model
+# dominates its compute (the review's finding 2: 2048 samples on 64 nodes = 4 per GPU). 64 keeps
+# two micro batches of 32 per GPU; GSM8K's 7,473 prompts then still make 3 steps per epoch at
+# 32 a4 nodes. A floor, not a target: more samples per GPU only help the GPUs.
+SAMPLES_PER_GPU_FLOOR = 64
+# Optimizer steps per RL step (train batch / mini batch): the tutorial's 256/256 on a4/a3u,
+# 256/64 on a4x. Kept per target so the update dynamics stay the tutorial's.
+OPTIMIZER_STEPS = {Target.A4: 1, Target.A3_ULTRA: 1, Target.A4X: 4}
+# The tutorial's largest micro batch (a4/a3u: 64). Past it the per-micro-batch all-gather is
+# already a small share of the step (tools/step_model.py); bigger only costs memory.
+MICRO_BATCH_CAP = 64
+# FSDP shards over every GPU up to this many (the tutorial's two a4 nodes or four a4x nodes);
+# beyond, over groups of whole nodes of at least this many GPUs (HSDP), replicated across
+# groups, so a micro batch's gathers stay inside a group instead of crossing every node.
+HSDP_MIN_GPUS = 16
+# The tutorial's vLLM share (gpu_memory_utilization), and the lowest worth trying: below it
+# the KV cache of 256 sequences per replica no longer fits a 32B model's TP shard.
+GPU_MEMORY_UTILIZATION = 0.6
+MIN_GPU_MEMORY_UTILIZATION = 0.3
+# The rollout TP leaves at least this share of vLLM's budget for the KV cache.
+KV_SHARE = 0.5
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def tp_choices(shape: ModelShape, gpus_per_node: int) -> list[int]:
+    """TP sizes vLLM accepts for this model on one node: dividing the node's GPUs, the
+    attention heads and the KV heads (vllm/config: "Total number of attention heads must be
+    divisible by tensor parallel size"; KV heads below TP are replicated, above it divided)."""
+    return [
+        t for t in divisors(gpus_per_node)
+        if shape.num_attention_heads % t == 0
+        and (shape.num_key_value_heads % t == 0 or t % shape.num_key_value_heads == 0)
+    ]
+
+
+def shard_groups(gpus: int, gpus_per_node: int) -> list[int]:
+    """HSDP group sizes in increasing order: whole nodes, dividing the GPUs; the last is all."""
+    if gpus <= HSDP_MIN_GPUS:
+        return [gpus]
+    groups = [g for g in divisors(gpus) if g % gpus_per_node == 0 and g >= HSDP_MIN_GPUS]
+    return groups or [gpus]
+
+
+def prompts_per_step(gpus: int, rollout_n: int) -> int:
+    """The default train batch: the tutorial's 256 prompts, or enough for the floor per GPU,
+    rounded up so that the samples divide over the GPUs (verl validate_config)."""
+    step = gpus // math.gcd(gpus, rollout_n)
+    wanted = max(BASE_TRAIN_BATCH, -(-SAMPLES_PER_GPU_FLOOR * gpus // rollout_n))
+    return -(-wanted // step) * step
+
+
+def mini_batch(train_batch: int, gpus: int, rollout_n: int, target: Target) -> int:
+    """train / optimizer steps, kept a multiple of what divides its samples over the GPUs."""
+    step = gpus // math.gcd(gpus, rollout_n)
+    return max(step, train_batch // OPTIMIZER_STEPS[target] // step * step)
+
+
+def largest_divisor(n: int, cap: int, ok=lambda d: True) -> int:
+    """The largest divisor of n at most cap for which ok holds; 1 if none does."""
+    return next((d for d in sorted(divisors(n), reverse=True) if d <= cap and ok(d)), 1)
+
+
+def derive(
+    fields: dict, profile: HardwareProfile, gpus: int, gpus_per_node: int, shape: ModelShape
+) -> dict:
+    """Values for the unset (None) sizing fields of `fields`; set ones are kept as they are."""
+    out = dict(fields)
+    tokens = out["max_prompt_length"] + out["max_response_length"]
+    n = out["rollout_n"]
+    memory = profile.gpu.memory_gib
+    if out["train_batch_size"] is None:
+        out["train_batch_size"] = prompts_per_step(gpus, n)
+    if out["ppo_mini_batch_size"] is None:
+        out["ppo_mini_batch_size"] = mini_batch(out["train_batch_size"], gpus, n, profile.target)
+    per_gpu_mini = max(1, out["ppo_mini_batch_size"] * n // gpus)
+    per_gpu_samples = max(1, out["train_batch_size"] * n // gpus)
+    tps = tp_choices(shape, gpus_per_node) or [1]
+
+    def plan(**changes) -> MemoryPlan:
+        base = MemoryPlan(
+            shape=shape, gpu_memory_gib=memory,
+            shard_gpus=_shard(out["fsdp_size"], gpus),
+            tensor_parallel=out["tensor_model_parallel_size"] or tps[-1],
+            gpu_memory_utilization=out["gpu_memory_utilization"] or GPU_MEMORY_UTILIZATION,
+            micro_batch=out["ppo_micro_batch_size_per_gpu"] or 1,
+            log_prob_micro_batch=max(out["rollout_log_prob_micro_batch_size_per_gpu"] or 1,
+                                     out["ref_log_prob_micro_batch_size_per_gpu"] or 1),
+            tokens_per_sample=tokens, reference=bool(out["use_kl_loss"]),
+            offload=out["offload"] or Offload.NONE,
+        )
+        return replace(base, **changes)
+
+    if out["fsdp_size"] is None:
+        groups = shard_groups(gpus, gpus_per_node)
+        group = next((g for g in groups if fits(plan(shard_gpus=g))), groups[-1])
+        out["fsdp_size"] = -1 if group == gpus else group
+    if out["offload"] is None or out["gpu_memory_utilization"] is None:
+        # Prefer a smaller vLLM share to offloading: offload moves FSDP's state over PCIe on
+        # every phase change, a smaller share only shrinks a KV cache the default run does not
+        # fill (the review's appendix: 0.26M tokens in flight per replica of 1.5M-3.1M).
+        steps = int(round((GPU_MEMORY_UTILIZATION - MIN_GPU_MEMORY_UTILIZATION) / 0.05)) + 1
+        shares = ([out["gpu_memory_utilization"]] if out["gpu_memory_utilization"] else
+                  [round(GPU_MEMORY_UTILIZATION - 0.05 * i, 2) for i in range(steps)])
+        offloads = [out["offload"]] if out["offload"] else list(Offload)
+        chosen = next(
+            ((o, u) for o in offloads for u in shares
+             if fits(plan(offload=o, gpu_memory_utilization=u))),
+            (offloads[0], shares[0]),
+        )
+        out["offload"], out["gpu_memory_utilization"] = chosen
+    if out["tensor_model_parallel_size"] is None:
+        def roomy(t: int) -> bool:
+            p = plan(tensor_parallel=t)
+            return vllm_need_gib(p) <= KV_SHARE * p.gpu_memory_utilization * memory
+        out["tensor_model_parallel_size"] = next((t for t in tps if roomy(t)), tps[-1])
+    if out["ppo_micro_batch_size_per_gpu"] is None:
+        out["ppo_micro_batch_size_per_gpu"] = largest_divisor(
+            per_gpu_mini, MICRO_BATCH_CAP, lambda d: fits(plan(micro_batch=d))
+        )
+    for key in ("rollout_log_prob_micro_batch_size_per_gpu",
+                "ref_log_prob_micro_batch_size_per_gpu"):
+        if out[key] is None:
+            out[key] = largest_divisor(
+                per_gpu_samples, MICRO_BATCH_CAP,
+                lambda d: fits(plan(log_prob_micro_batch=d)),
+            )
+    return out
+
+
+def _shard(fsdp_size: int | None, gpus: int) -> int:
+    return gpus if fsdp_size is None or fsdp_size <= 0 or fsdp_size >= gpus else fsdp_size
+
+
+# The tutorial's values where a4/a3u and a4x differ. None means "the tutorial leaves the key
+# out": it is not passed, so verl's own default applies.
+_PER_TARGET_DEFAULTS: dict[str, dict[Target, object]] = {
+    "val_before_train": {Target.A4: False, Target.A3_ULTRA: False, Target.A4X: None},
+}
+# Derived from the cluster and the model when unset (`derive`).
+SIZED_FIELDS = (
+    "train_batch_size", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
+    "rollout_log_prob_micro_batch_size_per_gpu", "ref_log_prob_micro_batch_size_per_gpu",
+    "tensor_model_parallel_size", "gpu_memory_utilization", "fsdp_size", "offload",
+)
+
+
+def resolve(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> GrpoRunConfig:
+    """The run with every unset field filled from the tutorial, the hardware and the model."""
+    unset = {
+        key: by_target[profile.target]
+        for key, by_target in _PER_TARGET_DEFAULTS.items()
+        if getattr(run, key) is None
+    }
+    gpus_per_node = run.n_gpus_per_node or profile.gpus_per_node
+    nnodes = run.nnodes or nodes
+    hardware = {"nnodes": nnodes, "n_gpus_per_node": gpus_per_node}
+    fields = {key: getattr(run, key) for key in (
+        *SIZED_FIELDS, "max_prompt_length", "max_response_length", "rollout_n", "use_kl_loss",
+    )}
+    sized = derive(fields, profile, nnodes * gpus_per_node, min(gpus_per_node,
+                   profile.gpus_per_node), run.model or DEFAULT_MODEL)
+    resolved = run.model_copy(update={**unset, **hardware, **{k: sized[k] for k in SIZED_FIELDS}})
+    resolved._model = run.model
+    return resolved

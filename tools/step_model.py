@@ -1,0 +1,237 @@
+"""A step-time and GPU-hour model of a default GRPO run, per stack and node count: an ESTIMATE.
+
+    python -m tools.step_model [--stack a4] [--nodes 2 8 32]
+
+For each stack and node count it prints two rows: the tutorial's settings (as the tutorial
+gives them for its own cluster, refused where verl would refuse them) and this program's
+defaults (components/schema/run_sizing.py), with the modelled time per step of rollout, compute,
+collectives and checkpoint writes, and the GPU-hours of a default run (GSM8K, 2 epochs). It is
+the justification of the defaults, not a benchmark: every rate is a datasheet peak times a stated
+efficiency, every count follows verl's code, and nothing here was measured on a GPU.
+
+Formulas (per step; P parameters, S = train batch x n samples, G GPUs, s = S / G per GPU):
+- rollout: vLLM decodes max_response_length steps per wave of at most max_num_seqs sequences
+  per replica (G / TP replicas); a decode step reads the weight shard (2P / TP bytes) and the
+  batch's KV cache from HBM, or is compute-bound at 2P x batch / TP FLOPs, whichever is longer,
+  plus two TP all-reduces per layer at ALLREDUCE_LATENCY_S. Prefill is 2P x prompt FLOPs.
+- compute: 2P FLOPs per token forward, 8P for a trained token (forward, backward, and the
+  recompute of gradient checkpointing); attention's own FLOPs (~3% at 1k tokens) are left out.
+  Passes: old log-probs, reference log-probs (with the KL loss), the update.
+- collectives (FSDP2 reshards after every forward and verl has no gradient accumulation, so
+  every micro batch gathers the whole model): per forward an all-gather of 2P bytes over the
+  sharding group, per backward one more and a reduce-scatter of 4P bytes of fp32 gradients,
+  with HSDP an all-reduce of the group's gradient shard across groups; a ring moves (g-1)/g of
+  the data through each GPU's slowest link: NVLink inside its domain (a node; an NVL72 rack
+  with MNNVL), the GPU's RDMA NIC across. Each phase takes the longer of its compute and its
+  collectives (FSDP prefetches the next layer's gather during this layer's compute).
+- weight sync: one all-gather of 2P bytes per step, FSDP to vLLM.
+- checkpoint: fp32 weights and Adam (12P bytes) per save, written by all nodes at once at
+  CHECKPOINT_GBPS_PER_NODE each, every save_freq steps.
+- run: floor(7,473 GSM8K train prompts / train batch) steps per epoch (verl drops the last
+  partial batch, ray_trainer.py:352), 2 epochs; GPU-hours = steps x step time x G.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+
+from components.facts.expectations import EXPECTATIONS
+from components.facts.hardware import PROFILES, HardwareProfile, Target, profile
+from components.facts.models import DEFAULT_MODEL, ModelShape
+from components.schema.run import GrpoRunConfig, resolve, run_problems
+from components.schema.run_memory import kv_bytes_per_token
+
+NODE_COUNTS = (2, 8, 32)
+# Assumptions, each an efficiency on a datasheet peak (components/facts/hardware.py GpuFacts).
+MFU = 0.40  # training and log-prob passes: typical FSDP dense-model utilisation
+DECODE_HBM_EFFICIENCY = 0.6  # vLLM decode reaches ~60% of HBM bandwidth on weight reads
+DECODE_MFU = 0.3  # when a large decode batch is compute-bound instead
+COLLECTIVE_EFFICIENCY = 0.85  # ring all-gather / reduce-scatter bus bandwidth vs line rate
+ALLREDUCE_LATENCY_S = 15e-6  # one small NVLink all-reduce inside a node (TP > 1)
+CHECKPOINT_GBPS_PER_NODE = 1.5  # the review's 1-2 GB/s per node through the gcsfuse sidecar
+# GSM8K: 7,473 training problems (openai/gsm8k, main/train); tokens per sample as the review
+# takes them: a ~150-token chat prompt and a ~300-token answer (responses cap at 512).
+DATASET_PROMPTS = 7473
+MEAN_TOKENS = 450
+MEAN_PROMPT_TOKENS = 150
+MAX_NUM_SEQS = 256  # vLLM's per-replica batch, verl's default (_generated_ppo_trainer.yaml:212)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the model needs of a run, resolved."""
+
+    train_batch: int
+    rollout_n: int
+    micro: int
+    log_prob_micro: int
+    ref_micro: int
+    tp: int
+    shard: int  # FSDP group size
+    kl: bool
+    save_freq: int
+    epochs: int
+    response_len: int
+    mnnvl: bool  # A4X FSDP collectives over multi-node NVLink (NCCL cuMem on)
+
+
+def tutorial(target: Target) -> GrpoRunConfig:
+    """The tutorial's job for the target (TUTORIAL.md, "GrpoJob")."""
+    if target is Target.A4X:
+        return GrpoRunConfig(train_batch_size=256, ppo_mini_batch_size=64,
+                             ppo_micro_batch_size_per_gpu=8, tensor_model_parallel_size=4,
+                             rollout_log_prob_micro_batch_size_per_gpu=16,
+                             ref_log_prob_micro_batch_size_per_gpu=16, use_kl_loss=True,
+                             fsdp_size=-1, offload="none", gpu_memory_utilization=0.6)
+    return GrpoRunConfig(train_batch_size=256, ppo_mini_batch_size=256,
+                         ppo_micro_batch_size_per_gpu=64, tensor_model_parallel_size=8,
+                         rollout_log_prob_micro_batch_size_per_gpu=8,
+                         ref_log_prob_micro_batch_size_per_gpu=4, use_kl_loss=False,
+                         fsdp_size=-1, offload="none", gpu_memory_utilization=0.6)
+
+
+def settings(run: GrpoRunConfig, hw: HardwareProfile, nodes: int, mnnvl: bool) -> Settings:
+    r = resolve(run, hw, nodes)
+    gpus = r.nnodes * r.n_gpus_per_node
+    shard = gpus if r.fsdp_size <= 0 or r.fsdp_size >= gpus else r.fsdp_size
+    return Settings(r.train_batch_size, r.rollout_n, r.ppo_micro_batch_size_per_gpu,
+                    r.rollout_log_prob_micro_batch_size_per_gpu,
+                    r.ref_log_prob_micro_batch_size_per_gpu, r.tensor_model_parallel_size,
+                    shard, r.use_kl_loss, r.save_freq, r.total_epochs, r.max_response_length,
+                    mnnvl)
+
+
+def _link_gbs(hw: HardwareProfile, group: int, mnnvl: bool) -> float:
+    """Per-GPU bandwidth of a ring over `group` GPUs: NVLink inside a domain, else RDMA."""
+    domain = hw.gpu.nvlink_domain_gpus if (mnnvl or hw.gpu.nvlink_domain_gpus <= hw.gpus_per_node) \
+        else hw.gpus_per_node
+    if group <= min(domain, hw.gpu.nvlink_domain_gpus):
+        return hw.gpu.nvlink_gbs * COLLECTIVE_EFFICIENCY
+    return EXPECTATIONS[hw.target].nic_gbps_per_gpu / 8 * COLLECTIVE_EFFICIENCY
+
+
+def _ring_s(nbytes: float, group: int, gbs: float) -> float:
+    return 0.0 if group <= 1 else nbytes * (group - 1) / group / (gbs * 1e9)
+
+
+def step(hw: HardwareProfile, nodes: int, s: Settings, shape: ModelShape) -> dict[str, float]:
+    """Seconds per step by part (an estimate; see the module docstring)."""
+    p = shape.parameter_count
+    gpus = nodes * hw.gpus_per_node
+    samples = s.train_batch * s.rollout_n
+    per_gpu = samples / gpus
+    flops = hw.gpu.bf16_dense_tflops * 1e12
+    # rollout
+    replicas = gpus // s.tp
+    seqs = samples / replicas
+    waves = math.ceil(seqs / MAX_NUM_SEQS)
+    batch = min(seqs, MAX_NUM_SEQS)
+    context = MEAN_PROMPT_TOKENS + s.response_len / 2
+    read = (2 * p / s.tp + batch * context * kv_bytes_per_token(shape, s.tp))
+    decode = max(read / (hw.gpu.hbm_tbps * 1e12 * DECODE_HBM_EFFICIENCY),
+                 2 * p * batch / s.tp / (flops * DECODE_MFU))
+    decode += 2 * shape.num_hidden_layers * ALLREDUCE_LATENCY_S if s.tp > 1 else 0
+    prefill = 2 * p * seqs * MEAN_PROMPT_TOKENS / s.tp / (flops * MFU)
+    rollout = waves * s.response_len * decode + prefill
+    # compute and collectives, per phase
+    tokens = per_gpu * MEAN_TOKENS
+    gbs = _link_gbs(hw, s.shard, s.mnnvl)
+    gather = _ring_s(2 * p, s.shard, gbs)
+    scatter = _ring_s(4 * p, s.shard, gbs)
+    replicas_dp = gpus // s.shard
+    across = _link_gbs(hw, gpus, s.mnnvl)
+    sync = 2 * _ring_s(4 * p / s.shard, replicas_dp, across)  # all-reduce = 2 x ring
+    phases = {
+        "log_prob": (2 * p * tokens / (flops * MFU), per_gpu / s.log_prob_micro * gather),
+        "ref": ((2 * p * tokens / (flops * MFU), per_gpu / s.ref_micro * gather) if s.kl
+                else (0.0, 0.0)),
+        "update": (8 * p * tokens / (flops * MFU),
+                   per_gpu / s.micro * (2 * gather + scatter + sync)),
+    }
+    compute = sum(c for c, _ in phases.values())
+    comm = sum(m for _, m in phases.values()) + gather  # + the weight sync to vLLM
+    overlapped = sum(max(c, m) for c, m in phases.values()) + gather
+    checkpoint = 12 * p / nodes / (CHECKPOINT_GBPS_PER_NODE * 1e9) / s.save_freq
+    return {"rollout": rollout, "compute": compute, "collectives": comm,
+            "checkpoint": checkpoint, "step": rollout + overlapped + checkpoint}
+
+
+def run_row(hw: HardwareProfile, nodes: int, run: GrpoRunConfig, mnnvl: bool,
+            shape: ModelShape = DEFAULT_MODEL) -> dict:
+    problems = run_problems(run.with_model(shape), hw, nodes)
+    if problems:
+        return {"refused": problems[0]}
+    s = settings(run.with_model(shape), hw, nodes, mnnvl)
+    times = step(hw, nodes, s, shape)
+    steps = DATASET_PROMPTS // s.train_batch * s.epochs
+    gpus = nodes * hw.gpus_per_node
+    return {**times, "settings": s, "steps": steps,
+            "gpu_hours": steps * times["step"] * gpus / 3600,
+            "hours": steps * times["step"] / 3600}
+
+
+def counts(hw: HardwareProfile, wanted: tuple[int, ...]) -> list[int]:
+    """The wanted node counts the target accepts, its default, and its maximum if one of the
+    wanted counts is beyond it."""
+    found = {n for n in wanted if n <= hw.max_nodes} | {hw.default_nodes}
+    if any(n > hw.max_nodes for n in wanted):
+        found.add(hw.max_nodes)
+    return sorted(found)
+
+
+def report(stacks: list[str], nodes: tuple[int, ...]) -> str:
+    lines = [
+        "ESTIMATE - a model from datasheet peaks, stated efficiencies and verl's pass counts,",
+        f"not a measurement (tools/step_model.py says where each figure comes from). Model: "
+        f"{DEFAULT_MODEL.model_id}, GSM8K, 2 epochs.",
+        "",
+        f"{'stack':5} {'nodes':>5} {'GPUs':>4} {'settings':9} {'batch':>5} {'micro':>5} "
+        f"{'lp':>3} {'TP':>2} {'shard':>5} {'rollout':>8} {'compute':>8} {'comm':>7} "
+        f"{'ckpt':>5} {'step s':>7} {'steps':>5} {'GPU-h':>7}",
+    ]
+    for stack in stacks:
+        hw = profile(stack)
+        for n in counts(hw, nodes):
+            variants = [("tutorial", tutorial(hw.target), False),
+                        ("default", GrpoRunConfig(), hw.target is Target.A4X)]
+            if hw.target is Target.A4X:
+                variants.append(("no-mnnvl", GrpoRunConfig(), False))
+            for label, run, mnnvl in variants:
+                row = run_row(hw, n, run, mnnvl)
+                head = f"{stack:5} {n:>5} {n * hw.gpus_per_node:>4} {label:9}"
+                if "refused" in row:
+                    lines.append(f"{head} refused: {row['refused'][:110]}")
+                    continue
+                s = row["settings"]
+                lines.append(
+                    f"{head} {s.train_batch:>5} {s.micro:>5} {s.log_prob_micro:>3} {s.tp:>2} "
+                    f"{s.shard:>5} {row['rollout']:>8.1f} {row['compute']:>8.1f} "
+                    f"{row['collectives']:>7.1f} {row['checkpoint']:>5.1f} {row['step']:>7.1f} "
+                    f"{row['steps']:>5} {row['gpu_hours']:>7.1f}"
+                )
+    lines += [
+        "",
+        "tutorial: the tutorial's job as written for 2 x 8 / 4 x 4 GPUs, with verl's "
+        "NCCL_CUMEM_ENABLE=0 (A4X FSDP over RDMA).",
+        "default: this program's derived defaults; A4X with NCCL_CUMEM_ENABLE=1 (FSDP over "
+        "multi-node NVLink).",
+        "no-mnnvl: the defaults with verl's NCCL_CUMEM_ENABLE=0 left in place (A4X).",
+        "step s = rollout + per phase max(compute, comm) + weight sync + checkpoint share.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stack", action="append", choices=[t.value for t in PROFILES])
+    parser.add_argument("--nodes", type=int, nargs="+", default=list(NODE_COUNTS))
+    args = parser.parse_args(argv)
+    print(report(args.stack or [t.value for t in PROFILES], tuple(args.nodes)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
