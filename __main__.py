@@ -289,13 +289,14 @@ observability = TrainingObservability(
         notification_channel=cfg.alert_notification_channel,
         no_step_minutes=cfg.no_step_alert_minutes,
         labels=cfg.resource_labels,
+        # Cloud Monitoring knows a new log-based metric only minutes after it is created.
+        log_alerts_after=(ray.ray_cluster,),
     ),
 )
 
 # Deleted first by `pulumi destroy`, and protected while deletion protection is on: a destroy
 # fails before the job, the RayCluster or any node is touched (components/guards.py).
 DeletionProtection(
-    "deletion-protection",
     protected=cfg.deletion_protection,
     resources=[
         r

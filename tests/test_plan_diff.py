@@ -39,7 +39,8 @@ def gpu_change(tmp_path_factory):
     # The plans diff_trees rendered, read back for assertions on the structured changes.
     olds, news = (json.loads((scratch / side / "a4" / "plan.json").read_text())["resources"]
                   for side in ("plans-base", "plans-head"))
-    return report, failed, {c.name: c for c in plan_diff.resource_changes(olds, news)}
+    providers = json.loads((scratch / "plans-head" / "a4" / plan_diff.PROVIDERS_FILE).read_text())
+    return report, failed, {c.name: c for c in plan_diff.resource_changes(olds, news, providers)}
 
 
 def test_a_forcenew_field_replaces_the_gpu_pool_delete_first(gpu_change):
@@ -57,13 +58,19 @@ def test_a_forcenew_field_replaces_the_gpu_pool_delete_first(gpu_change):
     assert not any(path.startswith("initialNodeCount") for path in reasons)
 
 
-def test_the_job_is_replaced_by_its_providers_own_rule_and_the_cluster_untouched(gpu_change):
-    """Four nodes change the run's entrypoint (trainer.nnodes): GrpoRun's diff replaces on it.
+def test_the_job_and_the_check_are_replaced_delete_first_by_their_providers_own_diff(gpu_change):
+    """Four nodes change the run's entrypoint (trainer.nnodes) and the cluster check's expected
+    inventory: the pickled providers' own diff() says both are replacements, and that the old
+    one goes first (their DiffResult.delete_before_replace), which no resource option says.
     Nothing about the cluster, bucket or networks changes."""
-    _, _, changes = gpu_change
-    run = changes["grpo-run"]
-    assert run.kind == "replace"
-    assert {why for path, _, _, why in run.fields if path == "entrypoint"} == {"provider replaces on entrypoint"}
+    report, _, changes = gpu_change
+    run, check = changes["grpo-run"], changes["cluster-check-run"]
+    assert run.kind == "replace" and run.delete_first and run.by_provider
+    assert {why for path, _, _, why in run.fields if path == "entrypoint"} == {
+        "its provider's diff() replaces on entrypoint"}
+    assert check.kind == "replace" and check.delete_first and check.by_provider
+    assert ("- **+- replace** `pulumi-python:dynamic/verl-gke:GrpoRun` `grpo-run` "
+            "(delete first, then create)") in report
     assert not {"gke-cluster", "storage-bucket", "networks-rdma", "gke-system-pool"} & set(changes)
 
 
@@ -107,7 +114,8 @@ def test_two_real_commits_show_the_day_two_renames(tmp_path):
     assert "- `name`: \"verl\" → \"verl-a4\" — **replaceOnChanges: name**" in report
     assert ("- **+- replace** `gcp:storage/bucket:Bucket` `storage-bucket` (create the new one; the old "
             "one stays in the cloud: retainOnDelete)") in report
-    assert "- **+ create** `pulumi-python:dynamic/verl-gke:DeletionProtection` `deletion-protection`" in report
+    assert ("- **+ create** `pulumi-python:dynamic/verl-gke:DeletionProtection` "
+            "`to-destroy-set-deletionProtection-false-then-up`") in report
     assert "- `clusterName`: \"verl\" → \"verl-a4\"" in report
 
 

@@ -1,13 +1,19 @@
 """The Google APIs the stack uses: all enabled, or one message with the command that enables
-them, before any other invoke (which would fail on a disabled API with a less helpful error).
+them.
 
 Checked rather than enabled by the stack (`gcp.projects.Service`): the other preflight invokes
 run at `pulumi preview`, before any resource exists, so an API the stack would enable itself
 would still be off when they run; and enabling APIs is often reserved to project owners.
+
+The reads are issued together (components/preflight/__init__.py): the provider's Service Usage
+batcher waits 3 s (`SendAfter`) for further reads before it sends one batch
+(terraform-provider-google google/transport/batcher.go, serviceusage_batching.go), so reads made
+one after the other cost 3 s each, and reads in flight together cost 3 s in all.
 """
 
 from __future__ import annotations
 
+import pulumi
 import pulumi_gcp as gcp
 
 # Each API and what of the stack needs it.
@@ -26,14 +32,22 @@ REQUIRED_APIS: dict[str, str] = {
 }
 
 
-def missing(project: str) -> list[str]:
-    """APIs not enabled in the project. `google_project_service` reads a disabled service as
-    no resource (an empty id) rather than an error (terraform-provider-google
-    resource_google_project_service.go; magic-modules #9464)."""
-    return [
-        api
+def reads(project: str) -> dict[str, pulumi.Output]:
+    """One `google_project_service` read per API, none awaited yet."""
+    return {
+        api: gcp.projects.get_project_service_output(service=api, project=project)
         for api in REQUIRED_APIS
-        if not gcp.projects.get_project_service(service=api, project=project).id
+    }
+
+
+def missing(answers: dict[str, object]) -> list[str]:
+    """APIs not enabled, from the answers to `reads`. `google_project_service` reads a disabled
+    service as no resource (an empty id) rather than an error (terraform-provider-google
+    resource_google_project_service.go; magic-modules #9464); a read that failed outright (an
+    exception) says nothing about the API and is reported by the caller."""
+    return [
+        api for api, answer in answers.items()
+        if not isinstance(answer, Exception) and not getattr(answer, "id", None)
     ]
 
 
