@@ -22,7 +22,9 @@ from components.guards import BucketIdentityProvider, moves
 from components.schema.config import ConfigError
 from tests.conftest import rendered
 from tools import mockrun, plan
-from tools.mockrun import ENGINE_VERSIONS, EXAMPLE_INVOKES, GET_BUCKET, LIST_BUCKETS
+from tools.mockrun import (
+    ENGINE_VERSIONS, EXAMPLE_INVOKES, GET_BUCKET, LIST_BUCKETS, PROJECT_SERVICE, enabled_service,
+)
 
 CLUSTER = "gcp:container/cluster:Cluster"
 BUCKET = "gcp:storage/bucket:Bucket"
@@ -120,6 +122,54 @@ def test_a_replacement_of_the_cluster_asks_for_the_minor_not_a_stored_patch():
     cluster = rendered("a4", "standard")[1].one(CLUSTER)
     sent = cluster.plain_inputs["minMasterVersion"]
     assert sent.count(".") == 1 and "-gke." not in sent, sent
+
+
+def _failing(reason: str):
+    """An invoke answer the way a provider fails: a failure the SDK returns as data."""
+    return ({}, [("", reason)])
+
+
+def test_a_disabled_api_is_the_one_message_even_when_the_reads_it_serves_fail():
+    """Every read goes out in one round, so the reads behind a disabled API fail too; the
+    message is the API's, with the command that enables it, not their errors."""
+    invokes = {
+        PROJECT_SERVICE: lambda args: {} if args["service"] == "container.googleapis.com" else enabled_service(args),
+        ENGINE_VERSIONS: _failing("Kubernetes Engine API has not been used in project example-project"),
+    }
+    error, recording = _run_failing("a4", invokes=invokes)
+    assert error.problems == [
+        "gcp:project = 'example-project' has 1 API(s) this stack needs turned off "
+        "(container.googleapis.com: the GKE cluster): run `gcloud services enable "
+        "container.googleapis.com --project example-project`, then preview again"
+    ]
+    assert recording.resources == []
+
+
+def test_a_read_that_fails_with_every_api_on_names_what_it_asked_and_the_fix():
+    """A failed invoke is caught (pulumi #6504) and said plainly, not as a traceback."""
+    error, recording = _run_failing("a4", invokes={ENGINE_VERSIONS: _failing("permission denied")})
+    [message] = error.problems
+    assert message.startswith("gcp:project = 'example-project': could not read the GKE versions offered")
+    assert "permission denied" in message and "gcloud auth application-default login" in message
+    assert recording.resources == []
+
+
+def test_the_api_reads_are_in_flight_together():
+    """The first API reads wait for each other before answering: issued one after another, the
+    first would wait alone and the run would fail (make bench measures the rounds)."""
+    import threading
+
+    barrier = threading.Barrier(4, timeout=20)
+    calls = []
+
+    def together(args):
+        calls.append(args["service"])
+        if len(calls) <= 4:
+            barrier.wait()
+        return enabled_service(args)
+
+    recording = _run("a4", invokes={PROJECT_SERVICE: together})
+    assert len(calls) == 11 and recording.resources
 
 
 # --- 2. Changes that replace a resource -----------------------------------------------------

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Awaitable
 
-import pulumi
 import pulumi_gcp as gcp
+
+from components.preflight.reads import later
 
 CHANNEL = "REGULAR"
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
@@ -72,9 +74,12 @@ class Choice:
     resolves_to: str  # the newest offered patch of that minor
 
 
-def offered_output(project: str, location: str) -> pulumi.Output:
-    """The engine-versions invoke, issued without waiting (components/preflight gathers it)."""
-    return gcp.container.get_engine_versions_output(project=project, location=location)
+def offered_read(project: str, location: str) -> Awaitable:
+    """The engine-versions invoke, not sent yet (components/preflight/reads.py)."""
+    return later(
+        "gcp:container/getEngineVersions:getEngineVersions", gcp.container.GetEngineVersionsResult,
+        project=project, location=location,
+    )
 
 
 def channel_versions(result, channel: str = CHANNEL) -> ChannelVersions:

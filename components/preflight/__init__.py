@@ -19,17 +19,22 @@ reported for itself: the API message says what to do.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
-from typing import Any
-
-import pulumi
-from pulumi.runtime.sync_await import _sync_await
 
 from components.cluster import gke_version
 from components.preflight import apis, bucket, capacity
+from components.preflight.reads import together
 from components.preflight.bucket import ExistingBucket, adoption_problems
 from components.schema.config import ConfigError, StackConfig
+
+
+# What each read of the first round asks, as a failure message names it.
+ASKED = {
+    **{f"api:{api}": f"whether {api} is enabled" for api in apis.REQUIRED_APIS},
+    "versions": "the GKE versions offered in verl-gke:region",
+    "capacity": "the reservation (verl-gke:reservation) or the GPU quota",
+    "buckets": "the project's buckets (to find verl-gke:bucketName)",
+}
 
 
 @dataclass(frozen=True)
@@ -40,9 +45,9 @@ class Preflight:
 
 def run(config: StackConfig) -> Preflight:
     """Ask the project; raise ConfigError with every problem found."""
-    reads: dict[str, pulumi.Output | None] = {
+    reads = {
         **{f"api:{api}": read for api, read in apis.reads(config.project).items()},
-        "versions": gke_version.offered_output(config.project, config.region),
+        "versions": gke_version.offered_read(config.project, config.region),
         "capacity": capacity.first_read(config),
         "buckets": bucket.listing(config.project, config.bucket),
     }
@@ -50,7 +55,12 @@ def run(config: StackConfig) -> Preflight:
     missing = apis.missing({k[len("api:"):]: v for k, v in answers.items() if k.startswith("api:")})
     if missing:
         raise ConfigError([apis.problem(config.project, missing)])
-    failed = [f"could not ask the project ({key}): {a}" for key, a in answers.items() if isinstance(a, Exception)]
+    failed = [
+        f"gcp:project = {config.project!r}: could not read {ASKED[key]} ({answer}). Check that the "
+        "credentials `pulumi` runs with can read it (`gcloud auth application-default login`, "
+        "the roles in the README's prerequisites), then preview again"
+        for key, answer in answers.items() if isinstance(answer, Exception)
+    ]
     if failed:
         raise ConfigError(failed)
 
@@ -70,20 +80,3 @@ def run(config: StackConfig) -> Preflight:
     if problems:
         raise ConfigError(problems)
     return Preflight(gke_version=choice.alias if choice else "", bucket=existing)
-
-
-def together(reads: dict[str, pulumi.Output | None]) -> dict[str, Any]:
-    """The answer to every read (None stays None), waited for at once: all are in flight before
-    the first answer arrives. A failed invoke is its exception, caught (it does not fail the
-    program: capacity.py's docstring cites the SDK).
-
-    The program must know the answers before it registers anything, so this blocks the way
-    the SDK's own synchronous invokes do (pulumi/runtime/invoke.py `invoke` -> `_sync_await`).
-    """
-    pending = {key: read for key, read in reads.items() if read is not None}
-
-    async def wait() -> list[Any]:
-        return await asyncio.gather(*(read.future() for read in pending.values()), return_exceptions=True)
-
-    answers = dict(zip(pending, _sync_await(wait())))
-    return {key: answers.get(key) for key in reads}

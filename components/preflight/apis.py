@@ -13,8 +13,11 @@ one after the other cost 3 s each, and reads in flight together cost 3 s in all.
 
 from __future__ import annotations
 
-import pulumi
+from typing import Awaitable
+
 import pulumi_gcp as gcp
+
+from components.preflight.reads import later
 
 # Each API and what of the stack needs it.
 REQUIRED_APIS: dict[str, str] = {
@@ -32,10 +35,13 @@ REQUIRED_APIS: dict[str, str] = {
 }
 
 
-def reads(project: str) -> dict[str, pulumi.Output]:
-    """One `google_project_service` read per API, none awaited yet."""
+def reads(project: str) -> dict[str, Awaitable]:
+    """One `google_project_service` read per API, none sent yet (components/preflight/reads.py)."""
     return {
-        api: gcp.projects.get_project_service_output(service=api, project=project)
+        api: later(
+            "gcp:projects/getProjectService:getProjectService", gcp.projects.GetProjectServiceResult,
+            service=api, project=project,
+        )
         for api in REQUIRED_APIS
     }
 

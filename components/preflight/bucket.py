@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pulumi
+from typing import Awaitable
+
 import pulumi_gcp as gcp
 
 from components.messages import quoted
+from components.preflight.reads import later
 from components.schema import names
 from components.schema.config import StackConfig
 
@@ -26,14 +28,14 @@ class ExistingBucket:
     hierarchical_namespace: bool = False
 
 
-def listing(project: str, name: str) -> pulumi.Output:
-    """Buckets of the project whose name starts with `name`, not awaited yet.
+def listing(project: str, name: str) -> Awaitable:
+    """Buckets of the project whose name starts with `name`, not sent yet (reads.py).
 
     `google_storage_buckets` lists by prefix and returns an empty list when nothing matches
     (terraform-provider-google data_source_google_storage_buckets.go), where the singular data
     source fails on a missing bucket.
     """
-    return gcp.storage.get_buckets_output(project=project, prefix=name)
+    return later("gcp:storage/getBuckets:getBuckets", gcp.storage.GetBucketsResult, project=project, prefix=name)
 
 
 def find_bucket(listed, project: str, name: str) -> ExistingBucket | None:

@@ -2,14 +2,9 @@
 
 Only invokes that answer "none" for what is missing are used, so that "not there" is an answer
 rather than an error: a reservation is read with `get_reservation` (a missing one reads as
-empty), a block only once the reservation lists it, and the quota from the full list. An invoke
-that does fail no longer fails the program once caught: since pulumi #6504 ("Make data sources
-catchable in Python", commit 7c5ec6815e) the SDK returns a data source's error as data
-(pulumi 3.272.0 pulumi/runtime/invoke.py `do_invoke`, :340-357, and the comment at :409-413;
-the `_output` form puts the error into its Output instead, `do_invoke_output` :173-188), and
-the RPC manager records as unhandled only what the wrapped call itself raises
-(pulumi/runtime/rpc_manager.py `rpc_wrapper`, :67-84). components/preflight/__init__.py turns
-such a failure into a problem message.
+empty), a block only once the reservation lists it, and the quota from the full list. A failed
+invoke, once caught, does not fail the program (since pulumi #6504; components/preflight/
+reads.py cites the SDK), so components/preflight/__init__.py turns one into a problem message.
 
 - A reservation (Standard, `provisioning: reservation`) must exist in the zone, be for the
   target's machine type and hold `gpuNodes` VMs; a named block must exist and hold them too.
@@ -22,23 +17,30 @@ such a failure into a problem message.
 
 from __future__ import annotations
 
+from typing import Awaitable
+
 import pulumi
 import pulumi_gcp as gcp
 
 from components.schema.choices import Capacity
+from components.preflight.reads import later
 from components.schema.config import StackConfig
 
 
-def first_read(config: StackConfig) -> pulumi.Output | None:
-    """The invoke that answers whether the capacity is there, not awaited yet; None: nothing
-    to read (a target with no preemptible quota to check)."""
+def first_read(config: StackConfig) -> Awaitable | None:
+    """The invoke that answers whether the capacity is there, not sent yet (reads.py); None:
+    nothing to read (a target with no preemptible quota to check)."""
     if uses_reservation(config):
         name, _, _ = (config.reservation or "").partition("/reservationBlocks/")
-        return gcp.compute.get_reservation_output(name=name, zone=config.zone, project=config.project)
+        return later(
+            "gcp:compute/getReservation:getReservation", gcp.compute.GetReservationResult,
+            name=name, zone=config.zone, project=config.project,
+        )
     if config.hardware.preemptible_gpu_quota is None:
         return None
-    return gcp.cloudquota.get_s_quota_infos_output(
-        parent=f"projects/{config.project}", service="compute.googleapis.com"
+    return later(
+        "gcp:cloudquota/getSQuotaInfos:getSQuotaInfos", gcp.cloudquota.GetSQuotaInfosResult,
+        parent=f"projects/{config.project}", service="compute.googleapis.com",
     )
 
 
