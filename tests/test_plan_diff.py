@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tools import force_new, plan_diff
+from tools import force_new, plan, plan_diff
 from tools.plan import ROOT
 
 DAY_TWO_BASE = "36a7c82"  # components/ grouped by concern; default names were still "verl"
@@ -191,3 +191,29 @@ def test_components_are_not_listed_even_from_plans_that_did_not_mark_them():
             {**secret, "custom": True}]
     assert plan_diff.resource_changes([component, manifest, secret], head) == []
     assert [c.name for c in plan_diff.resource_changes([], [component, manifest, secret])] == ["s"]
+
+
+def test_every_stack_file_is_a_stack_with_its_autopilot_mode_where_the_target_has_one(tmp_path):
+    """`make diff` takes every Pulumi.<stack>.yaml, not three names: a user's own stack (with
+    dashes in its name) and, where the target runs on Autopilot, its Autopilot mode."""
+    for name, target in (("team-a4", "a4"), ("eu.a4x", "a4x"), ("a3u", "a3u")):
+        (tmp_path / f"Pulumi.{name}.yaml").write_text(f"config:\n  verl-gke:target: {target}\n")
+    (tmp_path / "Pulumi.yaml").write_text("name: verl-gke\n")
+    assert plan_diff.all_stacks(tmp_path) == ["a3u", "a3u-autopilot", "eu.a4x", "team-a4", "team-a4-autopilot"]
+    assert plan_diff.split_stack("team-a4-autopilot") == ("team-a4", "autopilot")
+    assert plan_diff.split_stack("team-a4") == ("team-a4", None)
+    assert plan_diff.all_stacks() == ["a3u", "a3u-autopilot", "a4", "a4-autopilot", "a4x"]
+
+
+def test_a_guards_record_change_is_an_update_by_its_own_diff():
+    """DeletionProtection's provider never replaces: a changed input is an update, decided by
+    its pickled diff() rather than a table."""
+    from tests.conftest import rendered
+
+    _, recording = rendered("a4", "standard")
+    providers = plan_diff.pickled_providers(recording)
+    [guard] = [r for r in plan.plan_document("a4", *rendered("a4", "standard"))["resources"]
+               if r["type"].endswith("DeletionProtection")]
+    older = {**guard, "inputs": {**guard["inputs"], "protected": False}}
+    [change] = plan_diff.resource_changes([older], [guard], providers)
+    assert change.kind == "update" and change.by_provider and not change.delete_first

@@ -35,6 +35,23 @@ REQUIRED_APIS: dict[str, str] = {
 }
 
 
+# What the pull-request preview needs besides (.github/workflows/pull-request.yml): its keyless
+# login. google-github-actions/auth exchanges the GitHub token at Security Token Service, then
+# impersonates the preview service account through the IAM Credentials API (the action's README:
+# "Enable the IAM Credentials API"). Nothing of the stack checks these: the login fails first.
+PREVIEW_APIS: dict[str, str] = {
+    "sts.googleapis.com": "workload identity federation's token exchange",
+    "iamcredentials.googleapis.com": "the preview impersonating its service account",
+}
+
+
+def enable_command(project: str, apis: list[str] | None = None) -> str:
+    """The one `gcloud services enable` line for `apis` (default: what a pull-request preview
+    of this stack needs, REQUIRED_APIS and PREVIEW_APIS)."""
+    wanted = apis if apis is not None else [*REQUIRED_APIS, *PREVIEW_APIS]
+    return f"gcloud services enable {' '.join(wanted)} --project {project}"
+
+
 def reads(project: str) -> dict[str, Awaitable]:
     """One `google_project_service` read per API, none sent yet (components/preflight/reads.py)."""
     return {
@@ -61,5 +78,5 @@ def problem(project: str, apis: list[str]) -> str:
     uses = "; ".join(f"{api}: {REQUIRED_APIS[api]}" for api in apis)
     return (
         f"gcp:project = {project!r} has {len(apis)} API(s) this stack needs turned off ({uses}): "
-        f"run `gcloud services enable {' '.join(apis)} --project {project}`, then preview again"
+        f"run `{enable_command(project, apis)}`, then preview again"
     )
