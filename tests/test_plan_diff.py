@@ -114,8 +114,7 @@ def test_two_real_commits_show_the_day_two_renames(tmp_path):
     assert "- `name`: \"verl\" → \"verl-a4\" — **replaceOnChanges: name**" in report
     assert ("- **+- replace** `gcp:storage/bucket:Bucket` `storage-bucket` (create the new one; the old "
             "one stays in the cloud: retainOnDelete)") in report
-    assert ("- **+ create** `pulumi-python:dynamic/verl-gke:DeletionProtection` "
-            "`to-destroy-set-deletionProtection-false-then-up`") in report
+    assert "- **+ create** `pulumi-python:dynamic/verl-gke:DeletionProtection` `deletion-protection`" in report
     assert "- `clusterName`: \"verl\" → \"verl-a4\"" in report
 
 

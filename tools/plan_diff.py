@@ -105,17 +105,19 @@ def split_stack(stack: str) -> tuple[str, str | None]:
 
 def render(tree: Path, stack: str, out: Path, providers: bool = False) -> Rendered:
     """Run `tree`'s own program for `stack` ("a4" or "a4-autopilot") into `out`: its
-    tools/plan.py, or, with `providers` (the work tree, which has this module),
-    `render_with_providers` below, which also keeps the pickled dynamic providers."""
+    tools/plan.py, or, with `providers`, the tree's `render_with_providers` below, which also
+    keeps the pickled dynamic providers. A tree from before that function (an older commit as
+    the head) is rendered by its tools/plan.py, and its dynamic resources judged by the tables."""
     name, mode = split_stack(stack)
+    plain = [sys.executable, "-m", "tools.plan", "--stack", name, "--out", str(out), "--quiet"]
+    plain += ["--mode", mode] if mode else []
+    result = None
     if providers:
-        command = [sys.executable, "-c", "import sys; from tools import plan_diff; "
-                   "sys.exit(plan_diff.render_with_providers(*sys.argv[1:]))", name, str(out), mode or ""]
-    else:
-        command = [sys.executable, "-m", "tools.plan", "--stack", name, "--out", str(out), "--quiet"]
-        if mode:
-            command += ["--mode", mode]
-    result = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+        own = [sys.executable, "-c", "import sys; from tools import plan_diff; "
+               "sys.exit(plan_diff.render_with_providers(*sys.argv[1:]))", name, str(out), mode or ""]
+        result = subprocess.run(own, cwd=tree, capture_output=True, text=True)
+    if result is None or result.returncode not in (0, 2):  # 2: the program's own config error
+        result = subprocess.run(plain, cwd=tree, capture_output=True, text=True)
     directory = out / stack
     if result.returncode != 0 or not (directory / "plan.json").exists():
         return Rendered(error=(result.stderr or result.stdout).strip() or f"exit {result.returncode}")
