@@ -216,3 +216,16 @@ def test_a_guards_record_change_is_an_update_by_its_own_diff():
     older = {**guard, "inputs": {**guard["inputs"], "protected": False}}
     [change] = plan_diff.resource_changes([older], [guard], providers)
     assert change.kind == "update" and change.by_provider and not change.delete_first
+
+
+def test_a_resource_renamed_with_an_alias_is_neither_deleted_nor_created():
+    """The engine takes an aliased resource over under its new name: where the plan records
+    `options.aliases`, the diff shows no delete and no create (only what else changed)."""
+    old = {"urn": "urn:pulumi:a4::verl-gke::pulumi-python:dynamic/verl-gke:DeletionProtection::deletion-protection",
+           "name": "deletion-protection", "type": "pulumi-python:dynamic/verl-gke:DeletionProtection",
+           "custom": True, "inputs": {"protected": True}, "options": {}}
+    new = {**old, "urn": old["urn"].replace("::deletion-protection", "::to-destroy"), "name": "to-destroy",
+           "options": {"aliases": [{"name": "deletion-protection"}]}}
+    [change] = plan_diff.resource_changes([old], [new])
+    assert change.kind == "engine" and change.fields == [
+        ("options.aliases", None, [{"name": "deletion-protection"}], None)]

@@ -266,9 +266,11 @@ def resource_changes(
     recorded = {r["urn"]: bool(r["custom"]) for r in [*base, *head] if "custom" in r}
     olds = {r["urn"]: r for r in base if recorded.get(r["urn"], _custom(r))}
     news = {r["urn"]: r for r in head if recorded.get(r["urn"], _custom(r))}
-    changes = [Change(u, r["type"], r["name"], "remove") for u, r in olds.items() if u not in news]
+    renamed = _renamed(olds, news)
+    changes = [Change(u, r["type"], r["name"], "remove") for u, r in olds.items()
+               if u not in news and u not in renamed.values()]
     for urn, new in news.items():
-        old = olds.get(urn)
+        old = olds.get(urn) or olds.get(renamed.get(urn, ""))
         if old is None:
             changes.append(Change(urn, new["type"], new["name"], "add"))
             continue
@@ -310,6 +312,22 @@ def resource_changes(
             ))
     order = {"replace": 0, "remove": 1, "add": 2, "update": 3, "engine": 4}
     return sorted(changes, key=lambda c: (order[c.kind], c.type, c.name))
+
+
+def _renamed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dict[str, str]:
+    """New URN -> the old URN it takes over through an alias by name (`options.aliases`, where
+    the plan records them: [{"name": ...}]), as the engine does: same type and parent, the old
+    name (pulumi/pulumi source_eval.go, alias specs with the default parent)."""
+    found = {}
+    for urn, new in news.items():
+        if urn in olds:
+            continue
+        for alias in (new.get("options") or {}).get("aliases") or []:
+            name = alias.get("name") if isinstance(alias, Mapping) else None
+            candidate = f"{urn.rsplit('::', 1)[0]}::{name}" if name else None
+            if candidate in olds and candidate not in news:
+                found[urn] = candidate
+    return found
 
 
 def _judged_by_provider(pickled: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> ProviderDiff:
