@@ -111,6 +111,9 @@ READBACK: dict[str, ReadBack] = {
         Rule("subnetwork", NORMALISED,
              "TF resource_container_cluster.go:1876-1882, CompareSelfLinkOrResourceName",
              compared=False),
+        # initialNodeCount reads back what was sent (:3532, Cluster.initialNodeCount): Cluster
+        # Toolkit sends 1 with remove_default_node_pool and does not ignore it
+        # (modules/scheduler/gke-cluster/main.tf:130-131, 367-372 @1047080375).
         # minMasterVersion is not read back at all (Read sets master_version, :3535; the
         # Optional-only min_master_version, :1664, keeps what was sent): the alias stays "1.34".
     )),
