@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label}: {count} preflight invokes in {rounds} sequential "
               f"round(s) ({slow:.2f} s at {args.delay} s per invoke, best of 3; {quick:.2f} s without)")
     verdict = "within" if worst <= TARGET_ROUNDS else "OVER"
-    print(f"preflight adds at most {worst} sequential invoke round(s) ({verdict} the target of {TARGET_ROUNDS})")
+    print(f"preflight adds at most {worst} sequential invoke round(s) "
+          f"({verdict} the target of {TARGET_ROUNDS})")
     return worst
 
 

@@ -146,8 +146,10 @@ def render_with_providers(stack: str, out: str, mode: str = "") -> int:
         return 2
     directory = Path(out) / (f"{stack}-{mode}" if mode else stack)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "plan.json").write_text(json.dumps(plan.plan_document(stack, inputs, recording), indent=2) + "\n")
-    (directory / "manifests.yaml").write_text(yaml.safe_dump_all(recording.kubernetes_objects(), sort_keys=False))
+    document = plan.plan_document(stack, inputs, recording)
+    (directory / "plan.json").write_text(json.dumps(document, indent=2) + "\n")
+    objects = recording.kubernetes_objects()
+    (directory / "manifests.yaml").write_text(yaml.safe_dump_all(objects, sort_keys=False))
     (directory / PROVIDERS_FILE).write_text(json.dumps(pickled_providers(recording), indent=2) + "\n")
     return 0
 
@@ -178,7 +180,9 @@ class ProviderDiff:
     delete_before_replace: bool
 
 
-def provider_diff(pickled: str, resource_id: str, olds: Mapping[str, Any], news: Mapping[str, Any]) -> ProviderDiff:
+def provider_diff(
+    pickled: str, resource_id: str, olds: Mapping[str, Any], news: Mapping[str, Any],
+) -> ProviderDiff:
     """Unpickle a dynamic provider and call its `diff`, as the engine's dynamic provider host
     does (pulumi/dynamic/__main__.py get_provider: base64, then dill.loads; Diff)."""
     import base64

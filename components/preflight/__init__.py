@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 from components.cluster import gke_version
 from components.preflight import apis, bucket, capacity
-from components.preflight.reads import together
 from components.preflight.bucket import ExistingBucket, adoption_problems
+from components.preflight.reads import together
 from components.schema.config import ConfigError, StackConfig
-
 
 # What each read of the first round asks, as a failure message names it.
 ASKED = {

@@ -35,7 +35,10 @@ def listing(project: str, name: str) -> Awaitable:
     (terraform-provider-google data_source_google_storage_buckets.go), where the singular data
     source fails on a missing bucket.
     """
-    return later("gcp:storage/getBuckets:getBuckets", gcp.storage.GetBucketsResult, project=project, prefix=name)
+    return later(
+        "gcp:storage/getBuckets:getBuckets", gcp.storage.GetBucketsResult,
+        project=project, prefix=name,
+    )
 
 
 def find_bucket(listed, project: str, name: str) -> ExistingBucket | None:
