@@ -17,7 +17,7 @@ from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDrive
 from components.facts import pins
 from components.facts.hardware import NodeNetworking
 from components.facts.layout import HF_SECRET_NAME
-from components.guards import BucketIdentity, DeletionProtection
+from components.guards import GUARD_NAME, BucketIdentity, DeletionProtection
 from components.network.primary_network import (
     PODS_RANGE,
     SERVICES_RANGE,
@@ -297,6 +297,7 @@ observability = TrainingObservability(
 # Deleted first by `pulumi destroy`, and protected while deletion protection is on: a destroy
 # fails before the job, the RayCluster or any node is touched (components/guards.py).
 DeletionProtection(
+    GUARD_NAME,
     protected=cfg.deletion_protection,
     resources=[
         r

@@ -97,11 +97,11 @@ class BucketIdentity(dynamic.Resource, module="verl-gke", name="BucketIdentity")
 
 
 class DeletionProtection(dynamic.Resource, module="verl-gke", name="DeletionProtection"):
-    """Deleted first by `pulumi destroy`; protected while deletion protection is on. Named
-    GUARD_NAME unless told otherwise, with an alias from FORMER_GUARD_NAME."""
+    """Deleted first by `pulumi destroy`; protected while deletion protection is on. The
+    stack's guard is named GUARD_NAME, and carries an alias from FORMER_GUARD_NAME."""
 
     def __init__(
-        self, protected: bool, resources: list[pulumi.Resource], name: str = GUARD_NAME,
+        self, name: str, protected: bool, resources: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
