@@ -6,8 +6,9 @@ not awaited yet. `together` runs several at once and blocks until all have answe
 
 Not the generated `*_output` forms: a failed one stays tracked as a failed Output, and the SDK
 re-raises it when the program ends, even when the caller handled it (pulumi 3.272.0
-pulumi/output.py `_track`, pulumi/runtime/stack.py `wait_for_rpcs`, :193-210). A coroutine of
-`pulumi.runtime.invoke_async` raises its failure to whoever awaits it, and nowhere else: the SDK
+pulumi/output.py `_track` :159-176, pulumi/runtime/stack.py `wait_for_rpcs` :193-212). A
+coroutine of `pulumi.runtime.invoke_async` raises its failure to whoever awaits it, and nowhere
+else: the SDK
 returns a data source's error as data (pulumi/runtime/invoke.py `do_invoke`, :340-357, and the
 comment at :409-413; pulumi #6504, "Make data sources catchable in Python"), and its RPC manager
 records as unhandled only what the wrapped call itself raises (pulumi/runtime/rpc_manager.py
