@@ -294,7 +294,8 @@ def resource_changes(
         fields += [
             (f"options.{key}", old_options.get(key), new_options.get(key), None)
             for key in sorted(set(old_options) | set(new_options))
-            if old_options.get(key) != new_options.get(key) and key != "provider"
+            # An option a plan does not record yet is its default (an empty list, false).
+            if (old_options.get(key) or None) != (new_options.get(key) or None) and key != "provider"
         ]
         # What the resource waits for (creation) and goes before (destroy): engine-only too.
         old_deps, new_deps = _dependency_names(old, olds), _dependency_names(new, news)
