@@ -29,6 +29,8 @@ from components import preflight
 from tools import mockrun, plan
 
 TARGET_ROUNDS = 2
+# The thread pool a `pulumi preview` gives the program on this machine (see the module doc).
+_CLI_EXECUTOR = ThreadPoolExecutor(max_workers=4 * 4 * (os.cpu_count() or 1))
 PREFLIGHT_TOKENS = (
     mockrun.PROJECT_SERVICE, mockrun.ENGINE_VERSIONS, mockrun.LIST_BUCKETS, mockrun.GET_BUCKET,
     mockrun.GET_RESERVATION, mockrun.GET_RESERVATION_BLOCK, mockrun.QUOTA_INFOS,
@@ -63,9 +65,7 @@ def _run(stack: str, mode: str | None, overrides: dict[str, str], delay: float) 
         finally:
             spent.append(time.perf_counter() - start)
 
-    asyncio.get_event_loop().set_default_executor(
-        ThreadPoolExecutor(max_workers=4 * 4 * (os.cpu_count() or 1))
-    )
+    asyncio.get_event_loop().set_default_executor(_CLI_EXECUTOR)
     checks, preflight.run = preflight.run, timed
     try:
         mockrun.run(
