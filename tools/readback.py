@@ -231,11 +231,12 @@ READBACK: dict[str, ReadBack] = {
         "(K8S provider/pkg/clients/unstructured.go) encodes the inputs the same way"),
     "pulumi-python:dynamic/verl-gke:BucketIdentity": ReadBack(_DYNAMIC + "; create returns its inputs"),
     "pulumi-python:dynamic/verl-gke:DeletionProtection": ReadBack(_DYNAMIC + "; create returns its inputs"),
-    # What create returns besides the inputs, as far as its diff reads it: a run being followed.
+    # What create returns besides the inputs, as far as its diff reads it: a run being followed
+    # (a FAILED or STOPPED status would be resubmitted, components/ray/grpo_job.py diff).
     "pulumi-python:dynamic/verl-gke:GrpoRun": ReadBack(
         _DYNAMIC, created_outputs={"status": "RUNNING"}),
     "pulumi-python:dynamic/verl-gke:ClusterCheckRun": ReadBack(
-        _DYNAMIC, created_outputs={"status": "SUCCEEDED"}),
+        _DYNAMIC + "; create adds its measurements, which its diff does not read"),
 }
 
 
