@@ -18,7 +18,7 @@ from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDrive
 from components.facts import pins
 from components.facts.hardware import NodeNetworking
 from components.facts.layout import HF_SECRET_NAME
-from components.guards import BucketIdentity, DeletionProtection
+from components.guards import GUARD_NAME, BucketIdentity, DeletionProtection
 from components.network.primary_network import (
     PODS_RANGE,
     SERVICES_RANGE,
@@ -299,13 +299,15 @@ observability = TrainingObservability(
         notification_channel=cfg.alert_notification_channel,
         no_step_minutes=cfg.no_step_alert_minutes,
         labels=cfg.resource_labels,
+        # Cloud Monitoring knows a new log-based metric only minutes after it is created.
+        log_alerts_after=(ray.ray_cluster,),
     ),
 )
 
 # Deleted first by `pulumi destroy`, and protected while deletion protection is on: a destroy
 # fails before the job, the RayCluster or any node is touched (components/guards.py).
 DeletionProtection(
-    "deletion-protection",
+    GUARD_NAME,
     protected=cfg.deletion_protection,
     resources=[
         r

@@ -27,6 +27,15 @@ from components.messages import quoted
 DELETION_PROTECTION_FIX = (
     "pulumi config set verl-gke:deletionProtection false && pulumi up && pulumi destroy"
 )
+# The guard's logical name. When it refuses a destroy, the engine prints only its URN, with its
+# own advice: "use the command: pulumi state unprotect '<urn>'" (pulumi/pulumi
+# pkg/resource/deploy/step.go, DeleteStep.Apply). That advice is wrong here: it lifts the guard
+# while the cluster and its nodes still carry `protect`, so the destroy then deletes the job,
+# the RayCluster and the node pools and stops at the cluster, half done. So the name, the one
+# thing the message shows, says what to do instead.
+GUARD_NAME = "to-destroy-set-deletionProtection-false-then-up"
+# Its name until then: the alias keeps deployed stacks' guard (names are a contract).
+FORMER_GUARD_NAME = "deletion-protection"
 
 
 class _Record(dynamic.ResourceProvider):
@@ -88,17 +97,22 @@ class BucketIdentity(dynamic.Resource, module="verl-gke", name="BucketIdentity")
 
 
 class DeletionProtection(dynamic.Resource, module="verl-gke", name="DeletionProtection"):
-    """Deleted first by `pulumi destroy`; protected while deletion protection is on."""
+    """Deleted first by `pulumi destroy`; protected while deletion protection is on. The
+    stack's guard is named GUARD_NAME, and carries an alias from FORMER_GUARD_NAME."""
 
     def __init__(
         self, name: str, protected: bool, resources: list[pulumi.Resource],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         props = {
-            "record_id": name,
+            # The id deployed stacks have: a new one would only be a pointless update.
+            "record_id": FORMER_GUARD_NAME,
             "protected": protected,
             # What the engine's "cannot be deleted because it is protected" means here.
             "to_destroy": DELETION_PROTECTION_FIX,
         }
-        mine = pulumi.ResourceOptions(protect=protected, depends_on=resources)
+        mine = pulumi.ResourceOptions(
+            protect=protected, depends_on=resources,
+            aliases=[pulumi.Alias(name=FORMER_GUARD_NAME)] if name == GUARD_NAME else None,
+        )
         super().__init__(_Record(), name, props, pulumi.ResourceOptions.merge(opts, mine))

@@ -22,7 +22,9 @@ from components.guards import BucketIdentityProvider, moves
 from components.schema.config import ConfigError
 from tests.conftest import rendered
 from tools import mockrun, plan
-from tools.mockrun import ENGINE_VERSIONS, EXAMPLE_INVOKES, GET_BUCKET, LIST_BUCKETS
+from tools.mockrun import (
+    ENGINE_VERSIONS, EXAMPLE_INVOKES, GET_BUCKET, LIST_BUCKETS, PROJECT_SERVICE, enabled_service,
+)
 
 CLUSTER = "gcp:container/cluster:Cluster"
 BUCKET = "gcp:storage/bucket:Bucket"
@@ -31,12 +33,23 @@ IDENTITY = "pulumi-python:dynamic/verl-gke:BucketIdentity"
 DRANET_FLOOR = "1.34.1-gke.1829001"
 
 
-def _versions(default: str, latest: str) -> dict:
-    """A getEngineVersions answer whose REGULAR channel offers `default` and `latest`."""
+def _versions(default: str, latest: str, valid: list[str] | None = None) -> dict:
+    """A getEngineVersions answer whose REGULAR channel offers `default` and `latest`, and whose
+    validMasterVersions are `valid` (default: just those two), newest first as GKE lists them."""
     answer = json.loads(json.dumps(EXAMPLE_INVOKES[ENGINE_VERSIONS]))
     answer["releaseChannelDefaultVersion"]["REGULAR"] = default
     answer["releaseChannelLatestVersion"]["REGULAR"] = latest
+    answer["validMasterVersions"] = valid if valid is not None else [latest, default]
     return answer
+
+
+# What `gcloud container get-server-config` answers in a region a few weeks after a minor
+# release: several patches of each offered minor, newest first, and the REGULAR channel's default
+# one minor behind its latest (shape of container.v1 ServerConfig; the patches are examples).
+REALISTIC_VALID = [
+    "1.35.2-gke.1485000", "1.35.1-gke.1396000", "1.34.7-gke.1090000", "1.34.6-gke.1129000",
+    "1.34.1-gke.1829001", "1.34.0-gke.2201000", "1.33.9-gke.1060000", "1.33.5-gke.1080000",
+]
 
 
 def _run(stack: str, overrides: dict | None = None, invokes: dict | None = None):
@@ -54,38 +67,109 @@ def _run_failing(stack: str, overrides: dict | None = None, invokes: dict | None
 # --- 1. The GKE version ---------------------------------------------------------------------
 
 
-def test_new_clusters_get_the_channels_default_version_of_today():
-    """min_master_version is what GKE's REGULAR channel defaults to now, not a pinned patch, and
-    a later, newer default never becomes an upgrade request (ignore_changes)."""
+def test_new_clusters_get_the_minor_of_the_channels_default_of_today():
+    """min_master_version is the minor alias of what GKE's REGULAR channel defaults to now
+    ("1.X" picks the highest valid patch), never a patch that GKE retires within months, and a
+    later, newer default never becomes an upgrade request (ignore_changes)."""
     recording = _run("a4", invokes={ENGINE_VERSIONS: _versions("1.35.3-gke.1000", "1.35.4-gke.9")})
     cluster = recording.one(CLUSTER)
-    assert cluster.plain_inputs["minMasterVersion"] == "1.35.3-gke.1000"
+    assert cluster.plain_inputs["minMasterVersion"] == "1.35"
     assert "minMasterVersion" in cluster.options.ignore_changes
     assert ENGINE_VERSIONS in recording.invokes
 
 
-def test_a4x_takes_the_channels_latest_when_its_default_is_below_dranets_floor():
-    """A default older than 1.34.1-gke.1829001 is passed over for the channel's latest."""
-    invokes = {ENGINE_VERSIONS: _versions("1.34.1-gke.1000000", "1.34.2-gke.1100000")}
+def test_a4x_keeps_the_defaults_minor_when_its_newest_patch_meets_dranets_floor():
+    """The REGULAR default 1.34.0-gke.2201000 is below 1.34.1-gke.1829001, but GKE offers
+    1.34.7-gke.1090000, which is what "1.34" resolves to: the default's minor is kept."""
+    invokes = {ENGINE_VERSIONS: _versions("1.34.0-gke.2201000", "1.35.1-gke.1396000", REALISTIC_VALID)}
     cluster = _run("a4x", invokes=invokes).one(CLUSTER)
-    assert cluster.plain_inputs["minMasterVersion"] == "1.34.2-gke.1100000"
+    assert cluster.plain_inputs["minMasterVersion"] == "1.34"
+
+
+def test_a4x_takes_the_latests_minor_when_no_patch_of_the_defaults_meets_the_floor():
+    """Where GKE offers no 1.34 patch at or above the floor, the channel latest's minor (1.35)."""
+    valid = [v for v in REALISTIC_VALID if not v.startswith("1.34.") or v == "1.34.0-gke.2201000"]
+    invokes = {ENGINE_VERSIONS: _versions("1.34.0-gke.2201000", "1.35.1-gke.1396000", valid)}
+    cluster = _run("a4x", invokes=invokes).one(CLUSTER)
+    assert cluster.plain_inputs["minMasterVersion"] == "1.35"
 
 
 def test_a4_has_no_floor_and_takes_an_older_default():
-    """The floor is DRANET's (A4X); A4 takes whatever the channel defaults to."""
-    invokes = {ENGINE_VERSIONS: _versions("1.33.5-gke.100", "1.33.9-gke.200")}
-    assert _run("a4", invokes=invokes).one(CLUSTER).plain_inputs["minMasterVersion"] == "1.33.5-gke.100"
+    """The floor is DRANET's (A4X); A4 takes the minor of whatever the channel defaults to."""
+    invokes = {ENGINE_VERSIONS: _versions("1.33.5-gke.1080000", "1.34.6-gke.1129000", REALISTIC_VALID)}
+    assert _run("a4", invokes=invokes).one(CLUSTER).plain_inputs["minMasterVersion"] == "1.33"
 
 
 def test_no_offered_version_meets_the_floor_stops_before_any_resource():
-    """A4X where the channel offers nothing new enough: one clear error naming the region, the
-    floor and the command that lists versions; nothing is registered."""
-    invokes = {ENGINE_VERSIONS: _versions("1.33.5-gke.100", "1.34.1-gke.1700000")}
+    """A4X where no offered patch of either channel version's minor is new enough: one clear
+    error naming the region, the floor, what is offered and the command that lists versions;
+    nothing is registered."""
+    invokes = {ENGINE_VERSIONS: _versions(
+        "1.33.5-gke.1080000", "1.34.1-gke.1700000",
+        ["1.34.1-gke.1700000", "1.34.0-gke.2201000", "1.33.9-gke.1060000", "1.33.5-gke.1080000"])}
     error, recording = _run_failing("a4x", invokes=invokes)
     [message] = error.problems
     assert "verl-gke:region = 'us-central1'" in message and DRANET_FLOOR in message
-    assert "1.34.1-gke.1700000" in message and "gcloud container get-server-config" in message
+    assert "newest 1.34 patch: 1.34.1-gke.1700000" in message
+    assert "gcloud container get-server-config" in message
     assert recording.resources == []
+
+
+def test_a_replacement_of_the_cluster_asks_for_the_minor_not_a_stored_patch():
+    """The engine copies an ignored input's stored value into a replacement (pulumi/pulumi
+    step_generator.go processIgnoreChanges). What is stored is what the program sent: the
+    alias, which GKE resolves to a patch it still offers when the replacement is created."""
+    cluster = rendered("a4", "standard")[1].one(CLUSTER)
+    sent = cluster.plain_inputs["minMasterVersion"]
+    assert sent.count(".") == 1 and "-gke." not in sent, sent
+
+
+def _failing(reason: str):
+    """An invoke answer the way a provider fails: a failure the SDK returns as data."""
+    return ({}, [("", reason)])
+
+
+def test_a_disabled_api_is_the_one_message_even_when_the_reads_it_serves_fail():
+    """Every read goes out in one round, so the reads behind a disabled API fail too; the
+    message is the API's, with the command that enables it, not their errors."""
+    invokes = {
+        PROJECT_SERVICE: lambda args: {} if args["service"] == "container.googleapis.com" else enabled_service(args),
+        ENGINE_VERSIONS: _failing("Kubernetes Engine API has not been used in project example-project"),
+    }
+    error, recording = _run_failing("a4", invokes=invokes)
+    assert error.problems == [
+        "gcp:project = 'example-project' has 1 API(s) this stack needs turned off "
+        "(container.googleapis.com: the GKE cluster): run `gcloud services enable "
+        "container.googleapis.com --project example-project`, then preview again"
+    ]
+    assert recording.resources == []
+
+
+def test_a_read_that_fails_with_every_api_on_names_what_it_asked_and_the_fix():
+    """A failed invoke is caught (pulumi #6504) and said plainly, not as a traceback."""
+    error, recording = _run_failing("a4", invokes={ENGINE_VERSIONS: _failing("permission denied")})
+    [message] = error.problems
+    assert message.startswith("gcp:project = 'example-project': could not read the GKE versions offered")
+    assert "permission denied" in message and "gcloud auth application-default login" in message
+    assert recording.resources == []
+
+
+def test_the_api_reads_are_in_flight_together():
+    """The first API reads wait for each other before answering: issued one after another, the
+    first would wait alone and the run would fail (make bench measures the rounds)."""
+    import threading
+
+    barrier = threading.Barrier(4, timeout=20)
+    calls = []
+
+    def together(args):
+        calls.append(args["service"])
+        if len(calls) <= 4:
+            barrier.wait()
+        return enabled_service(args)
+
+    recording = _run("a4", invokes={PROJECT_SERVICE: together})
+    assert len(calls) == 11 and recording.resources
 
 
 # --- 2. Changes that replace a resource -----------------------------------------------------
@@ -255,11 +339,30 @@ def test_destroy_with_deletion_protection_fails_before_anything_is_touched(stack
     sentinel = recording.one(SENTINEL)
     assert sentinel.options.protect is True
     assert sentinel.plain_inputs["to_destroy"].startswith("pulumi config set verl-gke:deletionProtection false")
+    assert sentinel.name == "to-destroy-set-deletionProtection-false-then-up"
     graph = _destroy_graph(recording)
     deletable_first = {urn for urn, waits in graph.items() if not waits}
     assert deletable_first == {sentinel.urn}
     assert _deleted_after(graph, sentinel.urn) == set(graph) - {sentinel.urn}
     assert recording.one(CLUSTER).options.protect is True
+
+
+def test_the_guard_is_named_after_the_right_command_and_keeps_its_old_name_as_alias(monkeypatch):
+    """When the guard refuses a destroy, the engine prints only its URN and suggests `pulumi
+    state unprotect`, which would half-destroy the stack: the name says what to do instead. It
+    carries an alias from its former name, so a deployed stack's guard is renamed, not
+    replaced (an alias spec with the default parent: the guard's parent is the stack)."""
+    sent = []
+    register = mockrun.RecordingMonitor.RegisterResource
+
+    def recording_aliases(self, request):
+        if request.type == SENTINEL:
+            sent.append((request.name, [(a.spec.name, a.spec.parentUrn, a.spec.noParent) for a in request.aliases]))
+        return register(self, request)
+
+    monkeypatch.setattr(mockrun.RecordingMonitor, "RegisterResource", recording_aliases)
+    _run("a4")
+    assert sent == [("to-destroy-set-deletionProtection-false-then-up", [("deletion-protection", "", False)])]
 
 
 def test_turning_deletion_protection_off_unprotects_everything():

@@ -269,3 +269,35 @@ def test_alerts_carry_the_stacks_labels():
     for alert in _alerts(recording).values():
         assert alert["userLabels"]["verl-gke-stack"] == "a4x"
         assert alert["userLabels"]["verl-gke-cluster"] == "verl-a4x"
+
+
+def _ancestors(resources: list[dict], urn: str) -> set[str]:
+    """Every URN `urn` waits for at creation, directly or not, per plan.json's graph (dependsOn
+    and inputsFrom: what the engine orders creation by)."""
+    edges = {r["urn"]: {*r.get("dependsOn", []), *(u for us in r.get("inputsFrom", {}).values() for u in us)}
+             for r in resources}
+    found, frontier = set(), [urn]
+    while frontier:
+        for dependency in edges.get(frontier.pop(), ()):
+            if dependency not in found:
+                found.add(dependency)
+                frontier.append(dependency)
+    return found
+
+
+def test_log_metric_alerts_wait_for_the_raycluster_so_monitoring_knows_their_metrics(program):
+    """Cloud Monitoring answers 404 on a condition over a log-based metric for up to 10 minutes
+    after the metric is created, and the provider does not retry it: the three alerts on
+    logging.googleapis.com/user/... metrics wait, in the plan's graph, for their metrics and for
+    the RayCluster (ready only after the cluster, its nodes and pods). The PromQL alert needs no
+    descriptor and does not wait for the RayCluster."""
+    stack, mode, inputs, recording = program
+    resources = plan.plan_document(stack, inputs, recording)["resources"]
+    [ray] = [r["urn"] for r in resources if r["type"] == "kubernetes:ray.io/v1:RayCluster"]
+    metrics = {r["urn"] for r in resources if r["type"] == LOG_METRIC}
+    alerts = {r["name"]: r for r in resources if r["type"] == ALERT}
+    for name in ("observability-alert-job-failed", "observability-alert-reward-nan", "observability-alert-no-step"):
+        assert "logging.googleapis.com/user/" in json.dumps(alerts[name]["inputs"]["conditions"]), name
+        waits = _ancestors(resources, alerts[name]["urn"])
+        assert ray in waits and metrics <= waits, name
+    assert ray not in _ancestors(resources, alerts["observability-alert-gpus-idle"]["urn"])

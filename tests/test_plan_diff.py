@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from tools import force_new, plan_diff
+from tools import force_new, plan, plan_diff
 from tools.plan import ROOT
 
 DAY_TWO_BASE = "36a7c82"  # components/ grouped by concern; default names were still "verl"
@@ -39,7 +39,8 @@ def gpu_change(tmp_path_factory):
     # The plans diff_trees rendered, read back for assertions on the structured changes.
     olds, news = (json.loads((scratch / side / "a4" / "plan.json").read_text())["resources"]
                   for side in ("plans-base", "plans-head"))
-    return report, failed, {c.name: c for c in plan_diff.resource_changes(olds, news)}
+    providers = json.loads((scratch / "plans-head" / "a4" / plan_diff.PROVIDERS_FILE).read_text())
+    return report, failed, {c.name: c for c in plan_diff.resource_changes(olds, news, providers)}
 
 
 def test_a_forcenew_field_replaces_the_gpu_pool_delete_first(gpu_change):
@@ -57,13 +58,19 @@ def test_a_forcenew_field_replaces_the_gpu_pool_delete_first(gpu_change):
     assert not any(path.startswith("initialNodeCount") for path in reasons)
 
 
-def test_the_job_is_replaced_by_its_providers_own_rule_and_the_cluster_untouched(gpu_change):
-    """Four nodes change the run's entrypoint (trainer.nnodes): GrpoRun's diff replaces on it.
+def test_the_job_and_the_check_are_replaced_delete_first_by_their_providers_own_diff(gpu_change):
+    """Four nodes change the run's entrypoint (trainer.nnodes) and the cluster check's expected
+    inventory: the pickled providers' own diff() says both are replacements, and that the old
+    one goes first (their DiffResult.delete_before_replace), which no resource option says.
     Nothing about the cluster, bucket or networks changes."""
-    _, _, changes = gpu_change
-    run = changes["grpo-run"]
-    assert run.kind == "replace"
-    assert {why for path, _, _, why in run.fields if path == "entrypoint"} == {"provider replaces on entrypoint"}
+    report, _, changes = gpu_change
+    run, check = changes["grpo-run"], changes["cluster-check-run"]
+    assert run.kind == "replace" and run.delete_first and run.by_provider
+    assert {why for path, _, _, why in run.fields if path == "entrypoint"} == {
+        "its provider's diff() replaces on entrypoint"}
+    assert check.kind == "replace" and check.delete_first and check.by_provider
+    assert ("- **+- replace** `pulumi-python:dynamic/verl-gke:GrpoRun` `grpo-run` "
+            "(delete first, then create)") in report
     assert not {"gke-cluster", "storage-bucket", "networks-rdma", "gke-system-pool"} & set(changes)
 
 
@@ -183,3 +190,42 @@ def test_components_are_not_listed_even_from_plans_that_did_not_mark_them():
             {**secret, "custom": True}]
     assert plan_diff.resource_changes([component, manifest, secret], head) == []
     assert [c.name for c in plan_diff.resource_changes([], [component, manifest, secret])] == ["s"]
+
+
+def test_every_stack_file_is_a_stack_with_its_autopilot_mode_where_the_target_has_one(tmp_path):
+    """`make diff` takes every Pulumi.<stack>.yaml, not three names: a user's own stack (with
+    dashes in its name) and, where the target runs on Autopilot, its Autopilot mode."""
+    for name, target in (("team-a4", "a4"), ("eu.a4x", "a4x"), ("a3u", "a3u")):
+        (tmp_path / f"Pulumi.{name}.yaml").write_text(f"config:\n  verl-gke:target: {target}\n")
+    (tmp_path / "Pulumi.yaml").write_text("name: verl-gke\n")
+    assert plan_diff.all_stacks(tmp_path) == ["a3u", "a3u-autopilot", "eu.a4x", "team-a4", "team-a4-autopilot"]
+    assert plan_diff.split_stack("team-a4-autopilot") == ("team-a4", "autopilot")
+    assert plan_diff.split_stack("team-a4") == ("team-a4", None)
+    assert plan_diff.all_stacks() == ["a3u", "a3u-autopilot", "a4", "a4-autopilot", "a4x"]
+
+
+def test_a_guards_record_change_is_an_update_by_its_own_diff():
+    """DeletionProtection's provider never replaces: a changed input is an update, decided by
+    its pickled diff() rather than a table."""
+    from tests.conftest import rendered
+
+    _, recording = rendered("a4", "standard")
+    providers = plan_diff.pickled_providers(recording)
+    [guard] = [r for r in plan.plan_document("a4", *rendered("a4", "standard"))["resources"]
+               if r["type"].endswith("DeletionProtection")]
+    older = {**guard, "inputs": {**guard["inputs"], "protected": False}}
+    [change] = plan_diff.resource_changes([older], [guard], providers)
+    assert change.kind == "update" and change.by_provider and not change.delete_first
+
+
+def test_a_resource_renamed_with_an_alias_is_neither_deleted_nor_created():
+    """The engine takes an aliased resource over under its new name: where the plan records
+    `options.aliases`, the diff shows no delete and no create (only what else changed)."""
+    old = {"urn": "urn:pulumi:a4::verl-gke::pulumi-python:dynamic/verl-gke:DeletionProtection::deletion-protection",
+           "name": "deletion-protection", "type": "pulumi-python:dynamic/verl-gke:DeletionProtection",
+           "custom": True, "inputs": {"protected": True}, "options": {}}
+    new = {**old, "urn": old["urn"].replace("::deletion-protection", "::to-destroy"), "name": "to-destroy",
+           "options": {"aliases": [{"name": "deletion-protection"}]}}
+    [change] = plan_diff.resource_changes([old], [new])
+    assert change.kind == "engine" and change.fields == [
+        ("options.aliases", None, [{"name": "deletion-protection"}], None)]

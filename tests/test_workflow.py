@@ -143,3 +143,15 @@ def test_the_cloud_preview_is_per_stack_keyless_with_the_pack_and_skips_visibly(
     assert pulumi["command"] == "preview" and pulumi["diff"] is True and pulumi["comment-on-pr"] is True
     assert pulumi["policyPacks"] == "policy"
     assert (ROOT / "policy" / "PulumiPolicy.yaml").exists() and (ROOT / "policy" / "__main__.py").exists()
+
+
+def test_the_setup_enables_every_api_the_keyless_preview_needs():
+    """The workflow's one-time setup line enables what preflight checks and what the login
+    needs: Security Token Service and the IAM Credentials API, through which
+    google-github-actions/auth impersonates the preview's service account."""
+    from components.preflight import apis
+
+    [line] = [line.lstrip("# ") for line in WORKFLOW.read_text().splitlines() if "gcloud services enable" in line]
+    assert line == apis.enable_command("<project>")
+    assert {"iamcredentials.googleapis.com", "sts.googleapis.com"} <= set(line.split())
+    assert set(apis.REQUIRED_APIS) <= set(line.split())

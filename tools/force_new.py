@@ -17,8 +17,8 @@ Read from the providers' own source, not guessed:
 - Kubernetes: pulumi-kubernetes provider/pkg/provider/diff.go (`forceNew`, commit cafe8c4ac4),
   with the provider's defaults (enableSecretMutable and enableConfigMapMutable off: a Secret's or
   ConfigMap's data is replaced, not patched). metadata.name and .namespace replace every kind.
-- This program's dynamic providers: their own `diff` (components/ray/grpo_job.py `_REPLACE_KEYS`;
-  the guards in components/guards.py never replace).
+- This program's dynamic providers are not listed: tools/plan_diff.py asks their own `diff()`,
+  unpickled from the plan (a hand-kept copy of their rules would drift).
 """
 
 from __future__ import annotations
@@ -118,16 +118,6 @@ KUBERNETES: dict[str, tuple[str, ...]] = {
 KUBERNETES_ALWAYS = ("metadata.name", "metadata.namespace")
 
 
-def _dynamic() -> dict[str, tuple[str, ...]]:
-    from components.ray import grpo_job
-
-    return {
-        "pulumi-python:dynamic/verl-gke:GrpoRun": tuple(grpo_job._REPLACE_KEYS),
-        "pulumi-python:dynamic/verl-gke:BucketIdentity": (),
-        "pulumi-python:dynamic/verl-gke:DeletionProtection": (),
-    }
-
-
 def _snake(segment: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", segment).lower()
 
@@ -153,8 +143,6 @@ def replacing_field(resource_type: str, plan_path: str) -> str | None:
     """The provider's field that makes a change at `plan_path` a replacement, or None."""
     if resource_type.startswith("kubernetes:"):
         table = KUBERNETES_ALWAYS + KUBERNETES.get(resource_type, ())
-    elif resource_type.startswith("pulumi-python:dynamic/"):
-        table = _dynamic().get(resource_type, ())
     else:
         table = GOOGLE.get(resource_type, ())
     return next((field for field in table if matches(plan_path, field)), None)
@@ -162,7 +150,6 @@ def replacing_field(resource_type: str, plan_path: str) -> str | None:
 
 def known(resource_type: str) -> bool:
     """Whether the table covers this type (else a change is shown as update, replace unknown)."""
-    return (
-        resource_type in GOOGLE or resource_type in _dynamic()
-        or (resource_type.startswith("kubernetes:") and not resource_type.startswith("kubernetes:helm"))
+    return resource_type in GOOGLE or (
+        resource_type.startswith("kubernetes:") and not resource_type.startswith("kubernetes:helm")
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import difflib
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -255,10 +256,15 @@ class FakeCloud(pulumi_mocks.Mocks):
     given is kept in `answered`, so that a plan can say which example answers it rests on.
     """
 
-    def __init__(self, project: str, invokes: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, project: str, invokes: dict[str, Any] | None = None,
+        invoke_delay: dict[str, float] | None = None,
+    ) -> None:
         self.project = project
         self.invokes = {**EXAMPLE_INVOKES, **(invokes or {})}
         self.answered: dict[str, Any] = {}
+        # Seconds to wait before answering an invoke, by token (bench/preflight_bench.py).
+        self.invoke_delay = invoke_delay or {}
 
     def new_resource(self, args: pulumi_mocks.MockResourceArgs):
         state = copy.deepcopy(args.inputs)
@@ -290,6 +296,8 @@ class FakeCloud(pulumi_mocks.Mocks):
         return {}
 
     def call(self, args: pulumi_mocks.MockCallArgs):
+        if args.token in self.invoke_delay:
+            time.sleep(self.invoke_delay[args.token])
         if args.token in self.invokes:
             answer = self.invokes[args.token]
             answer = copy.deepcopy(answer(args.args) if callable(answer) else answer)
@@ -344,17 +352,19 @@ def run(
     preview: bool = False,
     invokes: dict[str, Any] | None = None,
     recording: Recording | None = None,
+    invoke_delay: dict[str, float] | None = None,
 ) -> Recording:
     """Run `program` under mocks with the given config; return what it registered and exported.
 
     `config` keys are fully qualified (`verl-gke:target`, `gcp:project`); values are strings as
     the Pulumi CLI passes them (objects as JSON). `invokes` replaces FakeCloud's answers to
     invokes by token. Pass `recording` to keep what was registered even when the program
-    raises. Each call starts from a fresh root stack.
+    raises. `invoke_delay` makes invokes of those tokens answer after that many seconds. Each
+    call starts from a fresh root stack.
     """
     recording = recording if recording is not None else Recording()
     project_id = str((config or {}).get("gcp:project", "example-project"))
-    mocks = FakeCloud(project_id, invokes)
+    mocks = FakeCloud(project_id, invokes, invoke_delay)
     recording.invokes = mocks.answered
     pulumi_settings.ROOT.set(None)
     pulumi.runtime.set_all_config(dict(config or {}), secret_keys or [])

@@ -7,7 +7,12 @@ pull-request comment):
 - resources added, removed, replaced and updated, with each changed input and why a change is
   a replacement: the resource's `replaceOnChanges`, or a field the provider itself replaces on
   (tools/force_new.py); `deleteBeforeReplace` says whether the old object goes first. Changes
-  to inputs under `ignoreChanges` are left out, as the engine leaves them out;
+  to inputs under `ignoreChanges` are left out, as the engine leaves them out. The program's
+  own dynamic resources (GrpoRun, ClusterCheckRun, the guards) are judged by their providers'
+  own `diff()`: the work tree's plan keeps each pickled provider (providers.json), which is
+  unpickled and asked, as the engine's dynamic provider host does (pulumi/dynamic/__main__.py
+  `Diff`: the new inputs' provider, `diff(id, olds, news)`, its `replaces` and
+  `delete_before_replace`);
 - changed Kubernetes manifests (manifests.yaml) as a unified diff;
 - changed stack outputs.
 
@@ -34,9 +39,28 @@ import yaml
 from tools import force_new
 
 ROOT = Path(__file__).resolve().parents[1]
-# Every stack and mode `make plan-all` renders, named as their build/ directories are.
-ALL_STACKS = ("a4", "a3u", "a4x", "a4-autopilot", "a3u-autopilot")
+MODES = ("standard", "autopilot")
 SHOWN_VALUE_CHARS = 120
+DYNAMIC_PREFIX = "pulumi-python:dynamic/"
+
+
+def all_stacks(root: Path = ROOT) -> list[str]:
+    """Every `Pulumi.<stack>.yaml` of `root`, and each with `-autopilot` where its target runs
+    on Autopilot too (as `make plan-all` renders them, named as their build/ directories are)."""
+    from components.facts.hardware import PROFILES
+
+    stacks = []
+    for path in sorted(root.glob("Pulumi.*.yaml")):
+        stack = path.name[len("Pulumi."):-len(".yaml")]
+        stacks.append(stack)
+        try:
+            config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+        except yaml.YAMLError:
+            continue  # its own plan says what is wrong with it
+        target = config.get("verl-gke:target") if isinstance(config, dict) else None
+        if any(hw.target.value == target and hw.autopilot_supported for hw in PROFILES.values()):
+            stacks.append(f"{stack}-autopilot")
+    return stacks
 
 
 @dataclass
@@ -46,6 +70,8 @@ class Rendered:
     plan: dict[str, Any] | None = None
     manifests: str = ""
     error: str | None = None
+    # URN -> the pickled provider of each dynamic resource (the work tree's plan only).
+    providers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -57,6 +83,7 @@ class Change:
     fields: list[tuple[str, Any, Any, str | None]] = field(default_factory=list)  # path, old, new, why
     delete_first: bool = False
     retained: bool = False  # retainOnDelete: a replacement leaves the old object in the cloud
+    by_provider: bool = False  # decided by the resource's own dynamic provider's diff()
 
 
 def materialize(ref: str, dest: Path, repo: Path = ROOT) -> Path:
@@ -70,19 +97,109 @@ def materialize(ref: str, dest: Path, repo: Path = ROOT) -> Path:
     return dest
 
 
-def render(tree: Path, stack: str, out: Path) -> Rendered:
-    """Run `tree`'s own tools/plan.py for `stack` ("a4" or "a4-autopilot") into `out`."""
-    name, _, mode = stack.partition("-")
-    command = [sys.executable, "-m", "tools.plan", "--stack", name, "--out", str(out), "--quiet"]
-    if mode:
-        command += ["--mode", mode]
-    result = subprocess.run(command, cwd=tree, capture_output=True, text=True)
+def split_stack(stack: str) -> tuple[str, str | None]:
+    """`a4-autopilot` -> ("a4", "autopilot"); a stack name may itself hold dashes."""
+    name, _, mode = stack.rpartition("-")
+    return (name, mode) if name and mode in MODES else (stack, None)
+
+
+def render(tree: Path, stack: str, out: Path, providers: bool = False) -> Rendered:
+    """Run `tree`'s own program for `stack` ("a4" or "a4-autopilot") into `out`: its
+    tools/plan.py, or, with `providers`, the tree's `render_with_providers` below, which also
+    keeps the pickled dynamic providers. A tree from before that function (an older commit as
+    the head) is rendered by its tools/plan.py, and its dynamic resources judged by the tables."""
+    name, mode = split_stack(stack)
+    plain = [sys.executable, "-m", "tools.plan", "--stack", name, "--out", str(out), "--quiet"]
+    plain += ["--mode", mode] if mode else []
+    result = None
+    if providers:
+        own = [sys.executable, "-c", "import sys; from tools import plan_diff; "
+               "sys.exit(plan_diff.render_with_providers(*sys.argv[1:]))", name, str(out), mode or ""]
+        result = subprocess.run(own, cwd=tree, capture_output=True, text=True)
+    if result is None or result.returncode not in (0, 2):  # 2: the program's own config error
+        result = subprocess.run(plain, cwd=tree, capture_output=True, text=True)
     directory = out / stack
     if result.returncode != 0 or not (directory / "plan.json").exists():
         return Rendered(error=(result.stderr or result.stdout).strip() or f"exit {result.returncode}")
+    kept = directory / PROVIDERS_FILE
     return Rendered(
         plan=json.loads((directory / "plan.json").read_text()),
         manifests=(directory / "manifests.yaml").read_text(),
+        providers=json.loads(kept.read_text()) if providers and kept.exists() else {},
+    )
+
+
+PROVIDERS_FILE = "providers.json"
+
+
+def render_with_providers(stack: str, out: str, mode: str = "") -> int:
+    """What `python -m tools.plan --stack <stack> --out <out> --quiet` writes (tools/plan.py
+    write_plan), plus providers.json: each dynamic resource's pickled provider, which plan.json
+    shows only as a placeholder. Exit 2 on a config error, as tools/plan.py does."""
+    from components.schema.config import ConfigError
+    from tools import plan
+
+    try:
+        inputs, recording = plan.run_program(stack, mode or None)
+    except (plan.StackFileError, ConfigError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    directory = Path(out) / (f"{stack}-{mode}" if mode else stack)
+    directory.mkdir(parents=True, exist_ok=True)
+    document = plan.plan_document(stack, inputs, recording)
+    (directory / "plan.json").write_text(json.dumps(document, indent=2) + "\n")
+    objects = recording.kubernetes_objects()
+    (directory / "manifests.yaml").write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    (directory / PROVIDERS_FILE).write_text(json.dumps(pickled_providers(recording), indent=2) + "\n")
+    return 0
+
+
+def pickled_providers(recording) -> dict[str, str]:
+    """URN -> the `__provider` input of each dynamic resource: its provider, dill-pickled and
+    base64-encoded by the SDK (pulumi/dynamic/dynamic.py serialize_provider), and sent as a
+    secret (it may capture values), unwrapped here. `make diff` writes it only into its own
+    temporary directory, which it deletes; none of this program's providers captures one."""
+    from tools import mockrun
+    from tools.plan import DYNAMIC_PROVIDER_KEY
+
+    found = {}
+    for r in recording.resources:
+        pickled = mockrun.unwrap(r.inputs.get(DYNAMIC_PROVIDER_KEY))
+        if r.type.startswith(DYNAMIC_PREFIX) and isinstance(pickled, str):
+            found[r.urn] = pickled
+    return found
+
+
+@dataclass(frozen=True)
+class ProviderDiff:
+    """A dynamic provider's own answer: whether anything changes, which inputs replace, and
+    whether the old object goes first."""
+
+    changes: bool
+    replaces: tuple[str, ...]
+    delete_before_replace: bool
+
+
+def provider_diff(
+    pickled: str, resource_id: str, olds: Mapping[str, Any], news: Mapping[str, Any],
+) -> ProviderDiff:
+    """Unpickle a dynamic provider and call its `diff`, as the engine's dynamic provider host
+    does (pulumi/dynamic/__main__.py get_provider: base64, then dill.loads; Diff)."""
+    import base64
+
+    import dill
+
+    from tools.plan import DYNAMIC_PROVIDER_KEY
+
+    provider = dill.loads(base64.b64decode(pickled))
+    strip = lambda props: {k: v for k, v in props.items() if k != DYNAMIC_PROVIDER_KEY}  # noqa: E731
+    result = provider.diff(resource_id, strip(olds), strip(news))
+    replaces = tuple(result.replaces or ())
+    return ProviderDiff(
+        # None is "unknown" to the engine (DIFF_UNKNOWN): then the inputs decide.
+        changes=bool(result.changes) if result.changes is not None else olds != news,
+        replaces=replaces,
+        delete_before_replace=bool(result.delete_before_replace),
     )
 
 
@@ -141,31 +258,44 @@ def _dependency_names(resource: Mapping[str, Any], by_urn: Mapping[str, Mapping[
     return {by_urn[u]["name"] if u in by_urn else u.rsplit("::", 1)[-1] for u in resource.get("dependsOn") or []}
 
 
-def resource_changes(base: list[Mapping[str, Any]], head: list[Mapping[str, Any]]) -> list[Change]:
+def resource_changes(
+    base: list[Mapping[str, Any]], head: list[Mapping[str, Any]],
+    providers: Mapping[str, str] | None = None,
+) -> list[Change]:
     """Added, removed, replaced and updated resources between two plans, by URN. Components
-    are left out: the engine creates, updates and deletes nothing for them."""
+    are left out: the engine creates, updates and deletes nothing for them. A dynamic
+    resource whose pickled provider is in `providers` (URN -> `__provider`) is judged by that
+    provider's `diff`; without one, by tools/force_new.py like any other."""
+    providers = providers or {}
     recorded = {r["urn"]: bool(r["custom"]) for r in [*base, *head] if "custom" in r}
     olds = {r["urn"]: r for r in base if recorded.get(r["urn"], _custom(r))}
     news = {r["urn"]: r for r in head if recorded.get(r["urn"], _custom(r))}
-    changes = [Change(u, r["type"], r["name"], "remove") for u, r in olds.items() if u not in news]
+    renamed = _renamed(olds, news)
+    changes = [Change(u, r["type"], r["name"], "remove") for u, r in olds.items()
+               if u not in news and u not in renamed.values()]
     for urn, new in news.items():
-        old = olds.get(urn)
+        old = olds.get(urn) or olds.get(renamed.get(urn, ""))
         if old is None:
             changes.append(Change(urn, new["type"], new["name"], "add"))
             continue
         ignore = (new.get("options") or {}).get("ignoreChanges", [])
+        own = providers.get(urn)
+        judged = _judged_by_provider(own, new, old) if own else None
         fields = [
-            (path, before, after, _replace_reason(new, path))
+            (path, before, after, _own_reason(judged, path) if judged else _replace_reason(new, path))
             for path, before, after in changed_paths(old.get("inputs"), new.get("inputs"))
-            if not _ignored(path, ignore)
+            if not _ignored(path, ignore) and not (judged and path.startswith("__provider"))
         ]
+        if judged and not judged.changes:
+            fields = []
         # Options whole (a list option is one value); they change what the engine does on the
         # next replace or destroy, not the cloud object.
         old_options, new_options = old.get("options") or {}, new.get("options") or {}
         fields += [
             (f"options.{key}", old_options.get(key), new_options.get(key), None)
             for key in sorted(set(old_options) | set(new_options))
-            if old_options.get(key) != new_options.get(key) and key != "provider"
+            # An option a plan does not record yet is its default (an empty list, false).
+            if (old_options.get(key) or None) != (new_options.get(key) or None) and key != "provider"
         ]
         # What the resource waits for (creation) and goes before (destroy): engine-only too.
         old_deps, new_deps = _dependency_names(old, olds), _dependency_names(new, news)
@@ -175,13 +305,45 @@ def resource_changes(base: list[Mapping[str, Any]], head: list[Mapping[str, Any]
             replace = any(why for *_, why in fields)
             engine_only = all(path.startswith(("dependsOn", "options.")) for path, *_ in fields)
             kind = "replace" if replace else "engine" if engine_only else "update"
+            if judged and judged.replaces and not replace:
+                # A replacement the provider decides on outputs alone (none of the inputs shown).
+                replace, kind = True, "replace"
             changes.append(Change(
                 urn, new["type"], new["name"], kind, fields,
-                delete_first=bool((new.get("options") or {}).get("deleteBeforeReplace")),
+                delete_first=bool((new.get("options") or {}).get("deleteBeforeReplace"))
+                or bool(judged and judged.delete_before_replace),
                 retained=bool((new.get("options") or {}).get("retainOnDelete")),
+                by_provider=judged is not None,
             ))
     order = {"replace": 0, "remove": 1, "add": 2, "update": 3, "engine": 4}
     return sorted(changes, key=lambda c: (order[c.kind], c.type, c.name))
+
+
+def _renamed(olds: Mapping[str, Any], news: Mapping[str, Any]) -> dict[str, str]:
+    """New URN -> the old URN it takes over through an alias by name (`options.aliases`, where
+    the plan records them: [{"name": ...}]), as the engine does: same type and parent, the old
+    name (pulumi/pulumi source_eval.go, alias specs with the default parent)."""
+    found = {}
+    for urn, new in news.items():
+        if urn in olds:
+            continue
+        for alias in (new.get("options") or {}).get("aliases") or []:
+            name = alias.get("name") if isinstance(alias, Mapping) else None
+            candidate = f"{urn.rsplit('::', 1)[0]}::{name}" if name else None
+            if candidate in olds and candidate not in news:
+                found[urn] = candidate
+    return found
+
+
+def _judged_by_provider(pickled: str, new: Mapping[str, Any], old: Mapping[str, Any]) -> ProviderDiff:
+    """The provider's diff of the base plan's inputs (the last deployment's state, as far as an
+    offline plan knows it) against the head's."""
+    return provider_diff(pickled, f"{new['name']}-id", old.get("inputs") or {}, new.get("inputs") or {})
+
+
+def _own_reason(judged: ProviderDiff, path: str) -> str | None:
+    top = force_new._segments(path)[0] if path else ""
+    return f"its provider's diff() replaces on {top}" if top in judged.replaces else None
 
 
 def _shown(value: Any) -> str:
@@ -213,7 +375,7 @@ def _change_lines(change: Change) -> list[str]:
     lines = [f"- **{label}** `{change.type}` `{change.name}`{how}"]
     if change.kind == "engine":
         lines[0] += " (no cloud change: options or dependencies, which order replacements and destroy)"
-    if change.kind == "update" and not force_new.known(change.type):
+    if change.kind == "update" and not change.by_provider and not force_new.known(change.type):
         lines[0] += " (provider not in tools/force_new.py: could also be a replacement)"
     for path, before, after, why in change.fields:
         reason = f" — **{why}**" if why else ""
@@ -258,7 +420,7 @@ def stack_report(stack: str, base: Rendered, head: Rendered) -> tuple[list[str],
     if base.plan is None:
         lines += [f"_The base has no plan for this stack ({(base.error or '').splitlines()[-1:]}); "
                   "everything shows as added._", ""]
-    changes = resource_changes((base.plan or {}).get("resources", []), head.plan["resources"])
+    changes = resource_changes((base.plan or {}).get("resources", []), head.plan["resources"], head.providers)
     counts = {k: sum(c.kind == k for c in changes) for k in ("replace", "update", "add", "remove", "engine")}
     manifests = manifest_diff(base.manifests, head.manifests, stack)
     outputs = changed_paths((base.plan or {}).get("outputs", {}), head.plan.get("outputs", {}))
@@ -288,7 +450,7 @@ def diff_trees(base_tree: Path, head_tree: Path, stacks: list[str], scratch: Pat
     failed = False
     for stack in stacks:
         base = render(base_tree, stack, scratch / "plans-base")
-        head = render(head_tree, stack, scratch / "plans-head")
+        head = render(head_tree, stack, scratch / "plans-head", providers=True)
         failed |= head.plan is None
         lines += stack_report(stack, base, head)[0]
     return "\n".join(lines), failed
@@ -313,15 +475,17 @@ def pr_comment(report: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="git ref of the base (e.g. origin/main)")
-    parser.add_argument("--stack", action="append", choices=ALL_STACKS,
-                        help="a stack (repeatable); default: every stack and mode")
+    stacks = all_stacks()
+    parser.add_argument("--stack", action="append", choices=stacks,
+                        help="a stack (repeatable); default: every Pulumi.<stack>.yaml, and each "
+                        "on Autopilot where its target runs there")
     parser.add_argument("--output", type=Path, help="also write the Markdown report here")
     parser.add_argument("--comment", type=Path,
                         help="also write it as a PR comment: a marker line first, cut to GitHub's limit")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
         base_tree = materialize(args.base, Path(scratch) / "base-tree")
-        report, failed = diff_trees(base_tree, ROOT, args.stack or list(ALL_STACKS), Path(scratch))
+        report, failed = diff_trees(base_tree, ROOT, args.stack or stacks, Path(scratch))
     print(report)
     if args.output:
         args.output.write_text(report + "\n")

@@ -50,8 +50,8 @@ class GkeClusterArgs:
     zone: str
     cluster_name: str
     autopilot: bool
-    # The version a new cluster starts at, as GKE offers it today (components/cluster/
-    # gke_version.py); the release channel upgrades it afterwards.
+    # The version a new cluster starts at: the minor alias (`1.34`) of what GKE offers today
+    # (components/cluster/gke_version.py); the release channel upgrades it afterwards.
     version: str
     # GKE's deletion protection, and Pulumi's `protect` on the cluster: both on by default.
     deletion_protection: bool
@@ -98,13 +98,7 @@ class GkeCluster(pulumi.ComponentResource):
             cluster_args,
             opts=fixed_name(
                 child,
-                # The creation version is only that: a newer default on a later run must not
-                # become an upgrade request (the provider upgrades the master whenever
-                # min_master_version grows), and the channel moves the cluster on anyway.
-                ignore_changes=[
-                    "minMasterVersion",
-                    *([] if args.exclusion_start else [EXCLUSION_START_PATH]),
-                ],
+                ignore_changes=ignored_inputs(args),
                 # Pulumi refuses to delete or replace a protected resource, before GKE's own
                 # deletion protection is even asked.
                 protect=args.deletion_protection,
@@ -148,6 +142,30 @@ class GkeCluster(pulumi.ComponentResource):
                 "kubeconfig": self.kubeconfig,
             }
         )
+
+
+def ignored_inputs(args: GkeClusterArgs) -> list[str]:
+    """Inputs the cluster sends at creation only.
+
+    - minMasterVersion: the creation version is only that. A newer default on a later run must
+      not become an upgrade request (the provider upgrades the master whenever
+      min_master_version grows), and the channel moves the cluster on anyway.
+    - nodeConfig (Standard): it configures the default pool, which the provider deletes right
+      after creating the cluster (remove_default_node_pool). The provider then reads nodeConfig
+      from the API, which fills it from "the first node pool" (container.v1 Cluster.nodeConfig):
+      none at that moment, so the state holds none, and later, the system pool's config. The
+      block is ForceNew (terraform-provider-google node_config.go schemaNodeConfig), so without
+      this every later `up` and preview would plan to replace the cluster. Cluster Toolkit
+      ignores it for the same reason (modules/scheduler/gke-cluster/main.tf @1047080375,
+      lifecycle.ignore_changes = [node_config, min_master_version]: "Ignore all changes to the
+      default node pool. It's being removed after creation.").
+    - the maintenance exclusion's start, when it defaults to the day of creation.
+    """
+    return [
+        "minMasterVersion",
+        *([] if args.autopilot else ["nodeConfig"]),
+        *([] if args.exclusion_start else [EXCLUSION_START_PATH]),
+    ]
 
 
 def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:

@@ -1,21 +1,33 @@
 """The GKE version a new cluster starts at: resolved when the program runs, never hard-coded.
 
-The Google provider sends `min_master_version` as the new cluster's exact
-`initialClusterVersion` (terraform-provider-google resource_container_cluster.go:
-`InitialClusterVersion: d.Get("min_master_version")`), and GKE stops offering a patch version
-for new clusters within months; a pinned `1.X.Y-gke.N` therefore breaks `pulumi up` one day
-("Master version ... is unsupported"). So the program asks GKE, through the
-`google_container_engine_versions` data source (an invoke: it runs at `pulumi preview` too),
-for the release channel's default version in the cluster's location today, and checks it
-against the target's floor (A4X's DRANET needs 1.34.1-gke.1829001).
+The Google provider sends `min_master_version` as the new cluster's `initialClusterVersion`
+(terraform-provider-google resource_container_cluster.go: `InitialClusterVersion:
+d.Get("min_master_version")`), and GKE stops offering a patch version for new clusters within
+months. So the program asks GKE, through the `google_container_engine_versions` data source (an
+invoke: it runs at `pulumi preview` too), what the REGULAR channel offers in the cluster's
+location today, and sends the *minor alias* of that version (`1.34`), not the patch:
+
+- container.v1 `Cluster.initialClusterVersion`: "1.X": picks the highest valid patch+gke.N patch
+  in the 1.X version" (discovery document in google-api-python-client, revision 20261027).
+- The cluster ignores changes to `minMasterVersion` (a later, newer default must not become an
+  upgrade request), and the engine copies an ignored input's stored value into a replacement
+  (pulumi/pulumi step_generator.go processIgnoreChanges). A stored exact patch would be retired
+  by the time a replacement needs it ("Master version ... is unsupported"); a minor alias is
+  valid for as long as GKE offers that minor.
+
+A target's floor (A4X's DRANET needs 1.34.1-gke.1829001) is checked against the newest patch of
+the chosen minor that GKE offers, since that is the patch the alias resolves to.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Awaitable
 
 import pulumi_gcp as gcp
+
+from components.preflight.reads import later
 
 CHANNEL = "REGULAR"
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
@@ -29,31 +41,70 @@ def version_key(version: str) -> tuple[int, int, int, int]:
     return tuple(int(part or 0) for part in match.groups())  # type: ignore[return-value]
 
 
+def minor(version: str) -> str:
+    """`1.34.6-gke.1129000` -> `1.34`, the alias `initialClusterVersion` accepts."""
+    major, minor_, *_ = version_key(version)
+    return f"{major}.{minor_}"
+
+
 @dataclass(frozen=True)
 class ChannelVersions:
     """What GKE offers new clusters of one release channel in one location."""
 
     default: str | None  # releaseChannelDefaultVersion[channel]
     latest: str | None  # releaseChannelLatestVersion[channel]
+    # validMasterVersions, every channel's: "Valid versions are those found in
+    # validMasterVersions returned by getServerConfig" (initialClusterVersion, container.v1).
+    valid: tuple[str, ...] = ()
+
+    def newest_patch(self, minor_alias: str) -> str | None:
+        """The newest offered patch of `minor_alias`: what the alias resolves to."""
+        patches = [
+            v for v in (*self.valid, self.default, self.latest)
+            if v and _VERSION.fullmatch(v) and minor(v) == minor_alias
+        ]
+        return max(patches, key=version_key, default=None)
 
 
-def offered(project: str, location: str, channel: str = CHANNEL) -> ChannelVersions:
-    result = gcp.container.get_engine_versions(project=project, location=location)
-    return ChannelVersions(
-        default=(result.release_channel_default_version or {}).get(channel),
-        latest=(result.release_channel_latest_version or {}).get(channel),
+@dataclass(frozen=True)
+class Choice:
+    """The version a new cluster is asked for, and the patch GKE will give it today."""
+
+    alias: str  # `1.34`: sent as min_master_version
+    resolves_to: str  # the newest offered patch of that minor
+
+
+def offered_read(project: str, location: str) -> Awaitable:
+    """The engine-versions invoke, not sent yet (components/preflight/reads.py)."""
+    return later(
+        "gcp:container/getEngineVersions:getEngineVersions", gcp.container.GetEngineVersionsResult,
+        project=project, location=location,
     )
 
 
-def pick(versions: ChannelVersions, floor: str | None) -> str | None:
-    """The channel's default if it meets the floor, else its latest if that does; else None.
+def channel_versions(result, channel: str = CHANNEL) -> ChannelVersions:
+    """ChannelVersions of one channel from a getEngineVersions result."""
+    return ChannelVersions(
+        default=(result.release_channel_default_version or {}).get(channel),
+        latest=(result.release_channel_latest_version or {}).get(channel),
+        valid=tuple(result.valid_master_versions or ()),
+    )
 
-    The default is what GKE itself would create, so it is preferred; the latest of the same
-    channel is still a version GKE offers new clusters of that channel.
+
+def pick(versions: ChannelVersions, floor: str | None) -> Choice | None:
+    """The minor of the channel's default if its newest patch meets the floor, else the minor
+    of the channel's latest if that one's does; else None.
+
+    The default is what GKE itself would create, so its minor is preferred; the latest of the
+    same channel is still a version GKE offers new clusters of that channel.
     """
     for candidate in (versions.default, versions.latest):
-        if candidate and (floor is None or version_key(candidate) >= version_key(floor)):
-            return candidate
+        if not candidate:
+            continue
+        alias = minor(candidate)
+        newest = versions.newest_patch(alias) or candidate
+        if floor is None or version_key(newest) >= version_key(floor):
+            return Choice(alias=alias, resolves_to=newest)
     return None
 
 
@@ -62,7 +113,7 @@ def problem(
 ) -> str:
     """Why no offered version will do, and what to do about it."""
     have = ", ".join(
-        f"{kind} {version}"
+        f"{kind} {version} (newest {minor(version)} patch: {versions.newest_patch(minor(version))})"
         for kind, version in (("default", versions.default), ("latest", versions.latest))
         if version
     ) or "no version"

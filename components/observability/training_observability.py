@@ -45,6 +45,14 @@ class TrainingObservabilityArgs:
     no_step_minutes: how long without a new step line before the no-step alert fires (>= 2).
     labels: the stack's resource labels, put on the alert policies (`user_labels`, the one
         label field of the three resource types), so that incidents say which stack they are.
+    log_alerts_after: what the alert policies on log-based metrics wait for besides their
+        metrics. Cloud Monitoring answers 404 on a condition over a log-based metric until the
+        metric's descriptor exists, "up to 10 minutes" after the metric was created, and the
+        provider does not retry that error (terraform-provider-google
+        resource_monitoring_alert_policy.go retries only IsMonitoringConcurrentEditError;
+        hashicorp/terraform-provider-google#11102), so the first `up` would stop there. Pass
+        something that takes longer and comes before any run can fail: the RayCluster, ready
+        only after the cluster, its nodes and its pods (__main__.py). Default: nothing.
     """
 
     scope: Scope
@@ -52,6 +60,7 @@ class TrainingObservabilityArgs:
     notification_channel: str | None = None
     no_step_minutes: int = 60
     labels: Mapping[str, str] = field(default_factory=dict)
+    log_alerts_after: tuple[pulumi.Resource, ...] = ()
 
     def __post_init__(self) -> None:
         if self.no_step_minutes < 2:
@@ -89,7 +98,10 @@ class TrainingObservability(pulumi.ComponentResource):
             gcp.monitoring.DashboardArgs(project=scope.project, dashboard_json=json.dumps(body)),
             opts=after_metrics,
         )
-        self.alerts = _alerts(name, args, specs, after_metrics)
+        after_descriptors = child_options(
+            self, opts, depends_on=[*self.metrics.values(), *args.log_alerts_after]
+        )
+        self.alerts = _alerts(name, args, specs, after_metrics, after_descriptors)
         self.dashboard_url = self.dashboard.id.apply(lambda id_: dashboard_url(scope.project, id_))
         self.logs_url = logs_url(scope)
         self.register_outputs({"dashboardUrl": self.dashboard_url, "logsUrl": self.logs_url})
@@ -158,10 +170,16 @@ def _log_metric(
     )
 
 
+# The alerts whose conditions filter on log-based metrics (logging.googleapis.com/user/...).
+LOG_METRIC_ALERTS = ("job-failed", "reward-nan", "no-step")
+
+
 def _alerts(
     name: str, args: TrainingObservabilityArgs, specs: dict[str, LogMetric],
-    opts: pulumi.ResourceOptions,
+    opts: pulumi.ResourceOptions, log_metric_opts: pulumi.ResourceOptions,
 ) -> dict[str, gcp.monitoring.AlertPolicy]:
+    """The four alert policies; those of LOG_METRIC_ALERTS with `log_metric_opts` (they wait
+    for the metrics' descriptors), the PromQL one with `opts`."""
     scope = args.scope
     mon = gcp.monitoring
     conditions = {
@@ -226,7 +244,7 @@ def _alerts(
                 user_labels=dict(args.labels) or None,
                 documentation=mon.AlertPolicyDocumentationArgs(content=text, mime_type="text/markdown"),
             ),
-            opts=opts,
+            opts=log_metric_opts if key in LOG_METRIC_ALERTS else opts,
         )
         for key, (title, text, condition) in conditions.items()
     }

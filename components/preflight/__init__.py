@@ -4,10 +4,17 @@ These are invokes (data sources), which Pulumi runs at `pulumi preview` as well 
 pull-request preview already says what would fail. Every problem is reported together, as a
 ConfigError naming the key to change and the fix; nothing has been created when it is raised.
 
-- apis.py: the Google APIs the stack uses are enabled (checked first: the rest needs them).
+- apis.py: the Google APIs the stack uses are enabled.
 - the GKE version a new cluster gets (components/cluster/gke_version.py).
 - capacity.py: the reservation exists and fits, or the preemptible GPU quota does.
 - bucket.py: an existing bucket under the stack's name is adopted, if it can be this stack's.
+
+Every read whose arguments the config already gives is issued in one round, all in flight
+together; only what depends on an answer (a reservation block, an existing bucket's details)
+follows in a second. Each invoke waits for the provider and the API (Service Usage batches its
+reads over 3 s), so rounds, not invokes, are what preflight adds to every preview and up
+(`make bench`: bench/preflight_bench.py). A read that fails because its API is off is not
+reported for itself: the API message says what to do.
 """
 
 from __future__ import annotations
@@ -15,35 +22,60 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from components.cluster import gke_version
-from components.preflight import apis, capacity
-from components.preflight.bucket import ExistingBucket, adoption_problems, find_bucket
+from components.preflight import apis, bucket, capacity
+from components.preflight.bucket import ExistingBucket, adoption_problems
+from components.preflight.reads import together
 from components.schema.config import ConfigError, StackConfig
+
+# What each read of the first round asks, as a failure message names it.
+ASKED = {
+    **{f"api:{api}": f"whether {api} is enabled" for api in apis.REQUIRED_APIS},
+    "versions": "the GKE versions offered in verl-gke:region",
+    "capacity": "the reservation (verl-gke:reservation) or the GPU quota",
+    "buckets": "the project's buckets (to find verl-gke:bucketName)",
+}
 
 
 @dataclass(frozen=True)
 class Preflight:
-    gke_version: str
+    gke_version: str  # the minor alias a new cluster is created at (`1.34`)
     bucket: ExistingBucket | None  # None: the stack creates it
 
 
 def run(config: StackConfig) -> Preflight:
     """Ask the project; raise ConfigError with every problem found."""
-    missing = apis.missing(config.project)
+    reads = {
+        **{f"api:{api}": read for api, read in apis.reads(config.project).items()},
+        "versions": gke_version.offered_read(config.project, config.region),
+        "capacity": capacity.first_read(config),
+        "buckets": bucket.listing(config.project, config.bucket),
+    }
+    answers = together(reads)
+    missing = apis.missing({k[len("api:"):]: v for k, v in answers.items() if k.startswith("api:")})
     if missing:
         raise ConfigError([apis.problem(config.project, missing)])
+    failed = [
+        f"gcp:project = {config.project!r}: could not read {ASKED[key]} ({answer}). Check that the "
+        "credentials `pulumi` runs with can read it (`gcloud auth application-default login`, "
+        "the roles in the README's prerequisites), then preview again"
+        for key, answer in answers.items() if isinstance(answer, Exception)
+    ]
+    if failed:
+        raise ConfigError(failed)
+
     problems: list[str] = []
-    offered = gke_version.offered(config.project, config.region)
-    version = gke_version.pick(offered, config.hardware.min_gke_version)
-    if version is None:
+    offered = gke_version.channel_versions(answers["versions"])
+    choice = gke_version.pick(offered, config.hardware.min_gke_version)
+    if choice is None:
         problems.append(
             gke_version.problem(
                 offered, config.hardware.min_gke_version, config.target.value, config.region
             )
         )
-    problems += capacity.problems(config)
-    bucket = find_bucket(config.project, config.bucket)
-    if bucket is not None:
-        problems += adoption_problems(bucket, config)
+    problems += capacity.problems(config, answers["capacity"])
+    existing = bucket.find_bucket(answers["buckets"], config.project, config.bucket)
+    if existing is not None:
+        problems += adoption_problems(existing, config)
     if problems:
         raise ConfigError(problems)
-    return Preflight(gke_version=version or "", bucket=bucket)
+    return Preflight(gke_version=choice.alias if choice else "", bucket=existing)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import Awaitable
+
 import pulumi_gcp as gcp
 
 from components.messages import quoted
+from components.preflight.reads import later
 from components.schema import names
 from components.schema.config import StackConfig
 
@@ -25,16 +28,23 @@ class ExistingBucket:
     hierarchical_namespace: bool = False
 
 
-
-def find_bucket(project: str, name: str) -> ExistingBucket | None:
-    """The bucket of that name in the project, or None.
+def listing(project: str, name: str) -> Awaitable:
+    """Buckets of the project whose name starts with `name`, not sent yet (reads.py).
 
     `google_storage_buckets` lists by prefix and returns an empty list when nothing matches
     (terraform-provider-google data_source_google_storage_buckets.go), where the singular data
-    source fails on a missing bucket; the singular one is asked only once the bucket is known
-    to exist, for what the list does not say (its hierarchical namespace).
+    source fails on a missing bucket.
     """
-    listed = gcp.storage.get_buckets(project=project, prefix=name)
+    return later(
+        "gcp:storage/getBuckets:getBuckets", gcp.storage.GetBucketsResult,
+        project=project, prefix=name,
+    )
+
+
+def find_bucket(listed, project: str, name: str) -> ExistingBucket | None:
+    """The bucket of that name in `listed` (the answer to `listing`), or None. The singular
+    data source is asked only once the bucket is known to exist, for what the list does not
+    say (its hierarchical namespace)."""
     match = next((b for b in listed.buckets or [] if b.name == name), None)
     if match is None:
         return None

@@ -1,10 +1,10 @@
 """Whether the GPU capacity the stack asks for is there: the reservation, or the quota.
 
-Only invokes that answer "none" instead of failing are used: the Python SDK records every
-failed invoke and fails the program at its end even when the caller caught the exception
-(pulumi/runtime/rpc_manager.py keeps the first `unhandled_exception`, stack.py
-`wait_for_rpcs` raises it). So a reservation is read with `get_reservation` (a missing one reads
-as empty), a block only once the reservation lists it, and the quota from the full list.
+Only invokes that answer "none" for what is missing are used, so that "not there" is an answer
+rather than an error: a reservation is read with `get_reservation` (a missing one reads as
+empty), a block only once the reservation lists it, and the quota from the full list. A failed
+invoke, once caught, does not fail the program (since pulumi #6504; components/preflight/
+reads.py cites the SDK), so components/preflight/__init__.py turns one into a problem message.
 
 - A reservation (Standard, `provisioning: reservation`) must exist in the zone, be for the
   target's machine type and hold `gpuNodes` VMs; a named block must exist and hold them too.
@@ -17,21 +17,48 @@ as empty), a block only once the reservation lists it, and the quota from the fu
 
 from __future__ import annotations
 
+from typing import Awaitable
+
 import pulumi
 import pulumi_gcp as gcp
 
 from components.schema.choices import Capacity
+from components.preflight.reads import later
 from components.schema.config import StackConfig
 
 
-def problems(config: StackConfig) -> list[str]:
-    if config.autopilot or config.provisioning is not Capacity.RESERVATION:
-        return quota_problems(config)
+def first_read(config: StackConfig) -> Awaitable | None:
+    """The invoke that answers whether the capacity is there, not sent yet (reads.py); None:
+    nothing to read (a target with no preemptible quota to check)."""
+    if uses_reservation(config):
+        name, _, _ = (config.reservation or "").partition("/reservationBlocks/")
+        return later(
+            "gcp:compute/getReservation:getReservation", gcp.compute.GetReservationResult,
+            name=name, zone=config.zone, project=config.project,
+        )
+    if config.hardware.preemptible_gpu_quota is None:
+        return None
+    return later(
+        "gcp:cloudquota/getSQuotaInfos:getSQuotaInfos", gcp.cloudquota.GetSQuotaInfosResult,
+        parent=f"projects/{config.project}", service="compute.googleapis.com",
+    )
+
+
+def uses_reservation(config: StackConfig) -> bool:
+    return not config.autopilot and config.provisioning is Capacity.RESERVATION
+
+
+def problems(config: StackConfig, answer) -> list[str]:
+    """What is wrong with the capacity, from `first_read`'s answer (a named block is read
+    here, once the reservation lists it)."""
+    if answer is None:
+        return []
+    if not uses_reservation(config):
+        return quota_problems(config, answer)
     name, _, block = (config.reservation or "").partition("/reservationBlocks/")
-    found = gcp.compute.get_reservation(name=name, zone=config.zone, project=config.project)
-    found_problems = reservation_problems(config, name, found)
+    found_problems = reservation_problems(config, name, answer)
     if block and not found_problems:
-        found_problems = block_problems(config, name, block, found.block_names or [])
+        found_problems = block_problems(config, name, block, answer.block_names or [])
     return found_problems
 
 
@@ -88,12 +115,10 @@ def block_problems(
     return []
 
 
-def quota_problems(config: StackConfig) -> list[str]:
+def quota_problems(config: StackConfig, listed) -> list[str]:
     hw = config.hardware
-    if hw.preemptible_gpu_quota is None:
-        return []
     needed = config.nodes * hw.gpus_per_node
-    limit = regional_quota(config.project, hw.preemptible_gpu_quota, config.region)
+    limit = regional_quota(listed, hw.preemptible_gpu_quota, config.region)
     if limit is None:
         # Not listed (Google may rename a quota): say so, do not block.
         pulumi.log.warn(
@@ -111,17 +136,14 @@ def quota_problems(config: StackConfig) -> list[str]:
     ]
 
 
-def regional_quota(project: str, quota_id: str, region: str) -> int | None:
+def regional_quota(listed, quota_id: str, region: str) -> int | None:
     """The quota's value in `region` (or its default for every region); None if not listed.
 
-    Read from the list of all of Compute Engine's quotas, which does not fail on an unknown id
-    as the single-quota data source would. Cloud Quotas answers one dimensionsInfo per override,
-    each with its `dimensions` (e.g. {"region": "us-central1"}) and `details` (a list whose
-    first entry holds the value, a string in pulumi-gcp's result types).
+    Read from the list of all of Compute Engine's quotas (`get_s_quota_infos`), which does not
+    fail on an unknown id as the single-quota data source would. Cloud Quotas answers one
+    dimensionsInfo per override, each with its `dimensions` (e.g. {"region": "us-central1"}) and
+    `details` (a list whose first entry holds the value, a string in pulumi-gcp's result types).
     """
-    listed = gcp.cloudquota.get_s_quota_infos(
-        parent=f"projects/{project}", service="compute.googleapis.com"
-    )
     info = next((q for q in listed.quota_infos or [] if q.quota_id == quota_id), None)
     if info is None:
         return None
