@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import Iterable
 
-from tools import mockrun, plan
+from tools import cli, mockrun, plan
 
 FINAL = "pulumi-python:dynamic/verl-gke:GrpoRun"
 
@@ -177,4 +177,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -31,6 +31,7 @@ from pulumi_policy import (
 )
 
 from policy.rules import ALLOW_FORCE_DESTROY, POLICIES
+from tools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,4 +157,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))
