@@ -64,3 +64,37 @@ def test_no_follow_prints_the_log_so_far_once():
 def test_a_job_ray_does_not_know_is_a_user_error():
     with pytest.raises(cli.UsageError, match="Ray does not know this job.*`pulumi up` submits it again"):
         logs.follow(GrowingJob([(None, "")]), io.StringIO())
+
+
+class Cluster:
+    """RayJobs.live_jobs stand-in: returns the jobs whose metadata holds all of `metadata`."""
+
+    def __init__(self, jobs):
+        self.jobs = jobs
+        self.dashboard = type("D", (), {"describe": lambda self: "http://127.0.0.1:8265"})()
+
+    def live_jobs(self, metadata):
+        return [j for j in self.jobs if all(j["metadata"].get(k) == v for k, v in metadata.items())]
+
+
+def test_without_a_submission_id_the_live_training_job_is_followed():
+    """During the first `up` there are no outputs: `--address` alone picks the GrpoJob's live
+    job (by the provider's metadata), the newest if Ray has two, never the cluster check."""
+    from components.ray.grpo_job import RESOURCE_KEY
+
+    cluster = Cluster([
+        {"submission_id": "check", "start_time": 9, "metadata": {RESOURCE_KEY: "cluster-check"}},
+        {"submission_id": "old", "start_time": 1, "metadata": {RESOURCE_KEY: logs.TRAINING_RESOURCE}},
+        {"submission_id": "new", "start_time": 5, "metadata": {RESOURCE_KEY: logs.TRAINING_RESOURCE}},
+    ])
+    assert logs.live_training_job(cluster) == "new"
+    with pytest.raises(cli.UsageError, match="no training job is running at http://127.0.0.1:8265 yet"):
+        logs.live_training_job(Cluster(cluster.jobs[:1]))
+
+
+def test_the_training_resource_is_the_program_s_grpo_job():
+    """TRAINING_RESOURCE is the GrpoJob's logical name in __main__.py (the provider records it)."""
+    from tests.conftest import rendered
+
+    _, recording = rendered("a4", "standard")
+    assert recording.one("verl-gke:index:GrpoJob").name == logs.TRAINING_RESOURCE
