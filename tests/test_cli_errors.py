@@ -40,7 +40,7 @@ def test_a_stack_without_a_stack_file_is_named_with_the_stacks_there_are(tool):
     the stacks of the directory, and how to create one."""
     assert_user_error(
         run_tool(tool, "--stack", "nope"),
-        "STACK='nope' (--stack): there is no Pulumi.nope.yaml here",
+        "STACK='nope' (--stack): no stack file Pulumi.nope.yaml here",
         "the stacks are a3u, a4, a4x", "pulumi stack init nope",
     )
 

@@ -108,9 +108,13 @@ def _config_section(path: Path, document: dict[str, Any]) -> dict[str, Any]:
     return section
 
 
-@functools.lru_cache(maxsize=1)
 def _project_document() -> dict[str, Any]:
-    path = ROOT / "Pulumi.yaml"
+    return _read_project(ROOT / "Pulumi.yaml")
+
+
+@functools.lru_cache(maxsize=4)
+def _read_project(path: Path) -> dict[str, Any]:
+    """Pulumi.yaml, read once per run (every tool asks for it several times)."""
     document = read_yaml_file(path)
     if not isinstance(document.get("name"), str) or not isinstance(document.get("config") or {}, dict):
         raise StackFileError(f"{path.name} needs a `name` string and a `config` mapping")
@@ -151,7 +155,7 @@ def stack_file(stack: str, config_file: Path | None = None) -> Path:
     path = ROOT / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise StackFileError(
-            f"STACK={stack!r} (--stack): there is no {path.name} here; the stacks are "
+            f"STACK={stack!r} (--stack): no stack file {path.name} here; the stacks are "
             f"{', '.join(known_stacks())}: pass one of them (e.g. `make plan STACK=a4`), or "
             f"create this one with `pulumi stack init {stack}` and "
             f"`pulumi config set verl-gke:target a4` (or a3u, a4x)"
@@ -402,6 +406,9 @@ def write_plan(
 
     try:
         inputs, recording = run_program(stack, mode, config_file=config_file)
+    except StackFileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except ConfigError as error:
         print(f"pulumi:pulumi:Stack {project_name()}-{stack}: config error", file=sys.stderr)
         print(str(error), file=sys.stderr)
