@@ -27,6 +27,7 @@ import yaml
 
 from components.facts.hardware import profile
 from components.messages import quoted
+from components.schema import pulumi_forms
 from tools import cli, mockrun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -251,9 +252,9 @@ def stack_inputs(
     return inputs
 
 
-# The program's keys that the Google provider has a twin of (components/schema/config.py
-# refuses a twin that disagrees with the program's key).
-PROVIDER_TWINS = {f"{NAMESPACE}:region": "gcp:region", f"{NAMESPACE}:zone": "gcp:zone"}
+# The program's keys that the Google provider has a twin of (the program refuses a twin that
+# disagrees with its own key: components/schema/pulumi_forms.py).
+PROVIDER_TWINS = {f"{NAMESPACE}:{own}": theirs for theirs, own in pulumi_forms.PROVIDER_TWINS.items()}
 
 
 def _qualified(key: str, project: str) -> str:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from pydantic import BaseModel
+if TYPE_CHECKING:  # only a type here: tools/plan.py reads PROVIDER_TWINS without pydantic
+    from pydantic import BaseModel
 
 NAMESPACE = "verl-gke"
 
