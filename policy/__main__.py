@@ -12,9 +12,14 @@ from pathlib import Path
 # the same module tools/policy_check.py imports.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
+from pulumi_policy import PolicyPack  # noqa: E402
 
-from policy.rules import PACK_NAME, POLICIES, show_secrets_as_the_plan_does  # noqa: E402
+from policy.rules import (  # noqa: E402
+    PACK_LEVEL, PACK_NAME, POLICIES, initial_config, show_secrets_as_the_plan_does,
+)
 
 show_secrets_as_the_plan_does()
-PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=EnforcementLevel.MANDATORY)
+# Each policy's level comes from policy/config.json (the CLI applies --policy-pack-config or a
+# policy group's config over it); PACK_LEVEL only for a policy the file does not name.
+PolicyPack(name=PACK_NAME, policies=POLICIES, enforcement_level=PACK_LEVEL,
+           initial_config=initial_config())

@@ -29,7 +29,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from components.schema.names import CLUSTER_LABEL, STACK_LABEL, TARGET_LABEL
+from policy import pack_config
 
 SECRET = "[secret]"  # how plan.json (tools/mockrun.py) and the pack show a secret value
 PACK_NAME = "verl-gke"
@@ -47,6 +47,11 @@ GRPO_RUN = "pulumi-python:dynamic/verl-gke:GrpoRun"
 
 # What the program labels everything it owns with (components/schema/config.py resource_labels):
 # costs split by stack, target and cluster; preflight refuses a bucket labelled for another stack.
+# Spelled out here, not imported: the pack stands alone (its venv has none of components/);
+# tests/test_policy.py keeps them equal to components/schema/names.py.
+STACK_LABEL = "verl-gke-stack"
+TARGET_LABEL = "verl-gke-target"
+CLUSTER_LABEL = "verl-gke-cluster"
 REQUIRED_LABELS = (STACK_LABEL, TARGET_LABEL, CLUSTER_LABEL)
 
 
@@ -511,32 +516,31 @@ def validate_secrets(args: ResourceValidationArgs, report: ReportViolation) -> N
 
 # --- The pack ----------------------------------------------------------------------------------
 
-MANDATORY = EnforcementLevel.MANDATORY
+# No policy sets its own level: policy/config.json does (pack_config.py), and an organisation
+# overrides it there, per stack (--policy-pack-config) or in its Pulumi Cloud policy group. A
+# policy the config does not name gets the pack's level, PACK_LEVEL.
+PACK_LEVEL = EnforcementLevel.MANDATORY
 
 POLICIES = [
     StackValidationPolicy(
         name="ray-head-not-exposed",
         description="No LoadBalancer or NodePort Service and no Ingress in front of a Ray head.",
         validate=validate_ray_head_not_exposed,
-        enforcement_level=MANDATORY,
     ),
     StackValidationPolicy(
         name="ray-cluster-network-policy",
         description="Every RayCluster has a NetworkPolicy restricting ingress to its head.",
         validate=validate_ray_cluster_network_policy,
-        enforcement_level=MANDATORY,
     ),
     ResourceValidationPolicy(
         name="iam-bucket-scope-only",
         description="IAM grants only on buckets (and a node account's documented roles), never owner or editor.",
         validate=validate_iam_bucket_scope,
-        enforcement_level=MANDATORY,
     ),
     ResourceValidationPolicy(
         name="bucket-hardened",
         description="Buckets: uniform access, public access prevention, no force-destroy unless configured.",
         validate=validate_bucket_hardened,
-        enforcement_level=MANDATORY,
         config_schema=PolicyConfigSchema(
             properties={ALLOW_FORCE_DESTROY: {"type": "boolean", "default": False}},
         ),
@@ -545,39 +549,51 @@ POLICIES = [
         name="images-pinned",
         description="Every container image is pinned (tag other than latest, or digest), and so are charts and manifests.",
         validate=validate_images_pinned,
-        enforcement_level=MANDATORY,
     ),
     ResourceValidationPolicy(
         name="gpu-capacity-explicit",
         description="GPU node pools consume a reservation, or are explicitly spot or flex-start.",
         validate=validate_gpu_capacity,
-        enforcement_level=MANDATORY,
     ),
     ResourceValidationPolicy(
         name="nodes-dedicated-service-account",
         description="Nodes never run as the Compute Engine default service account.",
         validate=validate_node_service_account,
-        enforcement_level=MANDATORY,
     ),
     ResourceValidationPolicy(
         name="fixed-name-delete-first",
         description="GCP resources with a fixed name are replaced delete-first.",
         validate=validate_fixed_name_delete_first,
-        enforcement_level=MANDATORY,
     ),
     ResourceValidationPolicy(
         name="gcp-labels",
         description="Every labelable GCP resource carries the stack's labels.",
         validate=validate_gcp_labels,
-        enforcement_level=MANDATORY,
     ),
     ResourceValidationPolicy(
         name="credentials-are-secrets",
         description="The Hugging Face token, tracker keys and the kubeconfig are secrets.",
         validate=validate_secrets,
-        enforcement_level=MANDATORY,
     ),
 ]
+
+
+def settings(
+    *overrides: Mapping[str, Any] | None, path: Any = pack_config.DEFAULT_CONFIG
+) -> dict[str, pack_config.PolicySettings]:
+    """Each policy's level and settings: policy/config.json, then each of `overrides` (documents
+    in the --policy-pack-config format) in turn, as the CLI merges them."""
+    layers = [pack_config.read(path), *(layer for layer in overrides if layer)]
+    return pack_config.resolve(layers, [p.name for p in POLICIES])
+
+
+def initial_config(path: Any = pack_config.DEFAULT_CONFIG) -> dict[str, dict[str, Any]]:
+    """policy/config.json as PolicyPack's `initial_config`: what the CLI starts from before
+    applying --policy-pack-config or a policy group's config."""
+    return {
+        name: {"enforcementLevel": EnforcementLevel(own.level), **own.properties}
+        for name, own in settings(path=path).items()
+    }
 
 
 def show_secrets_as_the_plan_does() -> None:
@@ -596,6 +612,7 @@ def show_secrets_as_the_plan_does() -> None:
         return
     original: Callable[..., Any] = deserialize._deserialize_property
 
+    @functools.wraps(original)  # keeps the original as __wrapped__ (tests check its shape)
     def deserialize_property(prop: Any, proxy_secrets: bool = False) -> Any:
         if (
             not proxy_secrets

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -151,9 +152,95 @@ def test_unknown_key_suggests_the_closest():
 
 
 def test_other_namespaces_are_left_to_their_owners():
-    """Provider settings (gcp:region, kubernetes:...) are not this program's to reject."""
-    cfg = config.load({**BASE, "gcp:region": "us-east1", "kubernetes:context": "x"}, SECRET_KEYS)
+    """Provider settings (kubernetes:..., a gcp:region that agrees) are not this program's to
+    reject."""
+    cfg = config.load({**BASE, "gcp:region": "us-central1", "kubernetes:context": "x"}, SECRET_KEYS)
     assert cfg.region == "us-central1"
+
+
+@pytest.mark.parametrize("provider_key, ours", [("gcp:region", "region"), ("gcp:zone", "zone")])
+def test_a_provider_region_or_zone_that_disagrees_is_refused_not_ignored(provider_key, ours):
+    """gcp:region / gcp:zone are a Pulumi habit; the program places everything by its own keys,
+    so one that disagrees would be silently ignored: it is refused, with both commands."""
+    with pytest.raises(ConfigError) as error:
+        config.load({**BASE, provider_key: "europe-west4-a"}, SECRET_KEYS)
+    [message] = error.value.problems
+    assert message.startswith(f"{provider_key} = 'europe-west4-a' but verl-gke:{ours} = ")
+    assert f"pulumi config rm {provider_key}" in message
+
+
+@pytest.mark.parametrize("flat, value, command", [
+    ("job.rolloutN", "8", "pulumi config set --path 'verl-gke:job.rolloutN' 8"),
+    # a near miss of the nested field gets the field that was meant
+    ("job.rollout_n", "8", "pulumi config set --path 'verl-gke:job.rolloutN' 8"),
+    ("staging.skip", "true", "pulumi config set --path 'verl-gke:staging.skip' true"),
+    ("labels.team", "ml", "pulumi config set --path 'verl-gke:labels.team' ml"),
+])
+def test_a_flat_key_that_meant_a_nested_one_gets_the_path_command(flat, value, command):
+    """`pulumi config set verl-gke:job.rolloutN 8` without --path stores one flat key: the
+    message gives the `--path` command that sets the nested field, not just "remove it"."""
+    [message] = problems(**{flat: value})
+    assert message.startswith(f"verl-gke:{flat} is one flat key")
+    assert f"pulumi config rm verl-gke:{flat}" in message
+    assert command in message
+
+
+def test_logger_takes_a_yaml_list():
+    """`job.logger: [console, tensorboard]` (a YAML list, or `--path job.logger[0]`) is the same
+    run as Hydra's `[console,tensorboard]`; a list with an unknown tracker is still refused."""
+    as_list = load(job='{"logger": ["console", "tensorboard"]}')
+    as_hydra = load(job='{"logger": "[console,tensorboard]"}')
+    assert as_list.job.loggers == ["console", "tensorboard"]
+    assert as_list.job == as_hydra.job
+    [message] = problems(job='{"logger": ["console", "slack"]}')
+    assert "verl-gke:job.logger" in message and "slack" in message
+
+
+def test_a_logger_list_from_the_stack_file_reaches_the_program(tmp_path):
+    """The whole path: a stack file with `logger: [console, tensorboard]` plans, and the job's
+    trainer.logger is verl's list."""
+    stack_file = tmp_path / "Pulumi.lists.yaml"
+    stack_file.write_text(
+        "config:\n  verl-gke:target: a4\n  verl-gke:job:\n    logger: [console, tensorboard]\n"
+    )
+    _, recording = plan.run_program("a4", config_file=stack_file)
+    [run] = recording.of_type("pulumi-python:dynamic/verl-gke:GrpoRun")
+    assert "trainer.logger=[console,tensorboard]" in json.dumps(run.plain_inputs)
+
+
+def test_a_message_quoting_an_example_value_says_the_user_did_not_type_it(tmp_path):
+    """Plan mode fills unset site facts with example values; a problem that quotes one (here the
+    example zone, outside the region the user set) says so and how to set the real one."""
+    stack_file = tmp_path / "Pulumi.half.yaml"
+    stack_file.write_text("config:\n  verl-gke:target: a4\n  verl-gke:region: europe-west4\n")
+    with pytest.raises(ConfigError) as error:
+        plan.run_program("a4", config_file=stack_file)
+    [message] = error.value.problems
+    assert "'us-central1-b' is not in verl-gke:region = 'europe-west4'" in message
+    assert ("note: verl-gke:zone = 'us-central1-b' is the offline plan's example value, not "
+            "yours: set yours with `pulumi config set verl-gke:zone <value>`") in message
+    assert "verl-gke:region = 'europe-west4' is the offline plan's example" not in message
+
+
+def test_a_stack_file_that_imports_an_esc_environment_is_refused(tmp_path):
+    """ESC environments hold config the offline plan cannot read: refused, named, with the way
+    to plan anyway, instead of a plan that silently lacks their values."""
+    stack_file = tmp_path / "Pulumi.esc.yaml"
+    stack_file.write_text("environment:\n  - myorg/gpu-site\nconfig:\n  verl-gke:target: a4\n")
+    with pytest.raises(plan.StackFileError, match=r"imports the Pulumi ESC environment\(s\) "
+                       r"'myorg/gpu-site'.*--config-file <copy>"):
+        plan.stack_inputs("esc", config_file=stack_file)
+
+
+def test_a_provider_region_without_ours_is_asked_for_by_name(tmp_path):
+    """gcp:region set, verl-gke:region not: the plan does not paper over it with an example
+    region; like the CLI it asks for verl-gke:region, and says which value the user meant."""
+    stack_file = tmp_path / "Pulumi.twin.yaml"
+    stack_file.write_text("config:\n  verl-gke:target: a4\n  gcp:region: europe-west4\n")
+    with pytest.raises(plan.MissingConfig, match=r"verl-gke:region.*gcp:region is set, but this "
+                       r"program reads verl-gke:region: `pulumi config set verl-gke:region "
+                       r"europe-west4`"):
+        plan.stack_inputs("twin", config_file=stack_file)
 
 
 def test_missing_required_keys_are_all_reported():
@@ -189,13 +276,22 @@ def test_the_token_is_never_echoed():
     assert TOKEN not in repr(load())
 
 
-def test_pulumi_yaml_declares_every_scalar_key_as_the_cli_requires():
-    """Pulumi.yaml declares every scalar key with a valid type, a description and the program's
-    default; only keys every stack must set lack a default (the CLI requires those)."""
+def test_pulumi_yaml_declares_every_key_as_the_cli_requires():
+    """Pulumi.yaml declares every key with a valid type, a description and the program's
+    default; only keys every stack must set lack a default (the CLI requires those). An object
+    defaults to {}, which the program reads as every field's default."""
     declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
-    objects = set(config.OBJECT_KEYS)  # Pulumi's project config schema has no object type
-    assert set(declared) == set(config.KEYS) - objects
+    assert set(declared) == set(config.KEYS)
     for key, spec in declared.items():
+        if key in config.OBJECT_KEYS:
+            assert (spec["type"], spec["default"]) == ("object", {}), key
+            assert spec.get("description"), key
+            field = StackConfig.model_fields[config.KEYS[key]]
+            default = field.get_default(call_default_factory=True)
+            assert getattr(default, "model_dump", lambda: default)() == (
+                type(default).model_validate({}).model_dump() if hasattr(default, "model_dump") else {}
+            ), key
+            continue
         assert spec["type"] in ("string", "integer", "boolean", "array"), key
         assert spec.get("description"), key
         assert not ("secret" in spec and "default" in spec), key  # pulumi/pulumi#21865

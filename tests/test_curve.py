@@ -125,3 +125,30 @@ def test_a_log_without_step_lines_is_an_error_not_an_empty_plot(tmp_path):
     done = run_curve("--log", str(tmp_path / "job.log"), "--out", str(tmp_path / "curve.png"))
     assert done.returncode != 0 and "no verl step line" in done.stderr
     assert not (tmp_path / "curve.png").exists()
+
+
+def test_make_logs_follows_the_job_through_the_providers_port_forward(ray_job, tmp_path):
+    """`make logs STACK=a4`: the same outputs and port-forward as `make curve --stack`; the
+    whole driver log is printed, then the job's terminal status, and the exit code says it."""
+    head, log = ray_job
+    outputs = {
+        "kubeconfig": "apiVersion: v1\nkind: Config\n",
+        "rayCluster": {"namespace": "verl", "headService": "b200-ray-cluster-head-svc", "dashboardPort": 8265},
+        "job": {"submissionId": SUBMISSION_ID},
+    }
+    (tmp_path / "outputs.json").write_text(json.dumps(outputs))
+    env = {
+        **os.environ,
+        "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
+        "FAKE_PULUMI_STACK": "a4", "FAKE_PULUMI_OUTPUTS": str(tmp_path / "outputs.json"),
+        "FAKE_KUBECTL_TARGET": f"127.0.0.1:{head.dashboard_port}",
+        "FAKE_KUBECTL_SERVICE": "b200-ray-cluster-head-svc",
+        "FAKE_KUBECTL_LOG": str(tmp_path / "kubectl.jsonl"),
+    }
+    done = subprocess.run([sys.executable, "-m", "tools.logs", "--stack", "a4", "--interval", "0.2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(log.read_text())
+    assert f"\n[make logs] job {SUBMISSION_ID}: SUCCEEDED (" in done.stdout
+    [call] = [json.loads(l) for l in (tmp_path / "kubectl.jsonl").read_text().splitlines()]
+    assert call["argv"][-2:] == ["svc/b200-ray-cluster-head-svc", ":8265"] and call["mode"] == "0o600"

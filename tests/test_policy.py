@@ -11,6 +11,8 @@ import copy
 import json
 import re
 import runpy
+import subprocess
+import sys
 
 import pytest
 
@@ -51,8 +53,94 @@ def test_the_cli_entry_point_serves_exactly_the_rules_make_policy_runs(monkeypat
     runpy.run_path(str(plan.ROOT / "policy" / "__main__.py"), run_name="__main__")
     assert served["policies"] is rules.POLICIES is policy_check.POLICIES
     assert served["name"] == "verl-gke"
-    assert all(p.enforcement_level == pulumi_policy.EnforcementLevel.MANDATORY for p in rules.POLICIES)
     assert len({p.name for p in rules.POLICIES}) == len(rules.POLICIES) == 10
+    # Levels live in policy/config.json only, which the CLI gets as the pack's initial config.
+    assert all(p.enforcement_level is None for p in rules.POLICIES)
+    mandatory = pulumi_policy.EnforcementLevel.MANDATORY
+    assert served["initial_config"] == rules.initial_config()
+    assert {name: c["enforcementLevel"] for name, c in served["initial_config"].items()} == {
+        p.name: mandatory for p in rules.POLICIES
+    }
+    assert served["initial_config"]["bucket-hardened"][rules.ALLOW_FORCE_DESTROY] is False
+
+
+def test_the_pack_stands_alone():
+    """An organisation copies policy/ into its own repository: the pack imports nothing of
+    components/ or tools/ (checked in a fresh interpreter, as the CLI runs it), and the labels
+    it requires are the ones the program sets."""
+    from components.schema import names
+
+    probe = ("import runpy, sys, pulumi_policy\n"
+             "pulumi_policy.PolicyPack = lambda **kwargs: None\n"
+             "runpy.run_path('policy/__main__.py', run_name='__main__')\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'components', 'tools'}))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=plan.ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert rules.REQUIRED_LABELS == (names.STACK_LABEL, names.TARGET_LABEL, names.CLUSTER_LABEL)
+
+
+def test_the_private_function_the_pack_patches_keeps_its_shape():
+    """show_secrets_as_the_plan_does replaces pulumi_policy.deserialize._deserialize_property
+    (private; pulumi/pulumi-policy#241 asks for a public way). If a pulumi-policy release renames
+    it, changes its parameters, the secret marker, or stops calling it through the module global
+    from deserialize_properties (what Analyze and AnalyzeStack call with proxy_secrets=False),
+    the patch would silently stop hiding secrets: this fails first."""
+    import inspect
+
+    from pulumi_policy import deserialize
+
+    original = deserialize._deserialize_property
+    original = getattr(original, "__wrapped__", original)
+    parameters = inspect.signature(original).parameters
+    assert list(parameters) == ["prop", "proxy_secrets"]
+    assert parameters["proxy_secrets"].default is False
+    assert deserialize.SPECIAL_SIG_KEY == "4dabf18193072939515e22adb298388d"
+    assert deserialize.SPECIAL_SECRET_SIG == "1b47061264138c4ac30d75fd1eb44270"
+    assert "_deserialize_property" in deserialize.deserialize_properties.__code__.co_names
+    analyzer = inspect.getsource(pulumi_policy.policy._PolicyAnalyzerServicer)
+    assert "deserialize_properties(json_format.MessageToDict(request.properties))" in analyzer
+
+
+def _pack_config(tmp_path, document) -> list[str]:
+    path = tmp_path / "org.json"
+    path.write_text(json.dumps(document))
+    return ["--policy-pack-config", str(path)]
+
+
+def test_each_rule_s_level_is_set_in_policy_config(tmp_path, capsys):
+    """An organisation sets a rule advisory or disabled in the CLI's --policy-pack-config
+    format; `make policy` then reports it as advisory (exit 0) or does not run it."""
+    found = resources()
+    bucket = one(found, rules.BUCKET)
+    bucket["inputs"]["publicAccessPrevention"] = "inherited"
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({"stack": "a4", "resources": [bucket], "outputs": {}}))
+    assert policy_check.main(["--plan", str(plan_file)]) == 1
+    capsys.readouterr()
+    advisory = _pack_config(tmp_path, {"bucket-hardened": "advisory"})
+    assert policy_check.main(["--plan", str(plan_file), *advisory]) == 0
+    assert "[advisory] bucket-hardened" in capsys.readouterr().out
+    disabled = _pack_config(tmp_path, {"all": "advisory", "bucket-hardened": {"enforcementLevel": "disabled"}})
+    assert policy_check.main(["--plan", str(plan_file), *disabled]) == 0
+    assert "bucket-hardened" not in capsys.readouterr().out
+    printed = _pack_config(tmp_path, {"all": "advisory"})
+    assert policy_check.main(["--plan", str(plan_file), "--print-config", *printed]) == 0
+    config = json.loads(capsys.readouterr().out)
+    assert {c["enforcementLevel"] for c in config.values()} == {"advisory"}
+    assert config["bucket-hardened"][rules.ALLOW_FORCE_DESTROY] is False
+
+
+@pytest.mark.parametrize("document, message", [
+    ({"bucket-hardend": "advisory"}, "'bucket-hardend' is not a policy of this pack"),
+    ({"gcp-labels": "warn"}, "gcp-labels.enforcementLevel = 'warn' is not a level this pack takes"),
+])
+def test_a_bad_policy_config_names_the_policy_and_the_fix(tmp_path, document, message):
+    """A misspelled policy or level in the pack's config is an error, not a rule quietly left
+    at its default."""
+    with pytest.raises(Exception, match=re.escape(message)):
+        policy_check.main(["--stack", "a4", "--print-config", *_pack_config(tmp_path, document)])
 
 
 def test_secrets_reach_the_pack_as_the_plan_shows_them():
@@ -408,8 +496,8 @@ def test_tracker_keys_reach_the_cluster_only_as_secrets(monkeypatch):
     Secret as a secret and the pack passes; the same key in plain text is reported."""
     original = plan.stack_inputs
 
-    def with_wandb(stack, mode=None, overrides=None):
-        inputs = original(stack, mode, overrides)
+    def with_wandb(stack, mode=None, overrides=None, config_file=None):
+        inputs = original(stack, mode, overrides, config_file)
         inputs.config["verl-gke:wandbApiKey"] = "wandb-EXAMPLE-KEY"
         inputs.secret_keys.append("verl-gke:wandbApiKey")
         inputs.config["verl-gke:job"] = json.dumps({"logger": "[console,wandb]"})
@@ -547,3 +635,23 @@ def test_the_served_pack_reports_what_make_policy_reports():
     offline = policy_check.check_resources([pool])
     assert sorted(d.policyName for d in online.diagnostics) == sorted(v.policy for v in offline) == [
         "nodes-dedicated-service-account"]
+
+
+def test_make_policy_checks_a_plan_with_only_the_packs_requirements(tmp_path):
+    """`make policy` runs tools.policy_check --plan in .venv-policy, which holds only
+    policy/requirements.txt (pulumi-policy, pulumi, pulumi-gcp): checking a rendered plan must
+    import none of the program's other packages."""
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({"stack": "a4", "resources": resources(), "outputs": {}}))
+    probe = ("import sys\nfrom tools import policy_check\n"
+             f"code = policy_check.main(['--plan', {str(plan_file)!r}])\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules}))\nsys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=plan.ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1].replace("'", '"')))
+    requirements = (plan.ROOT / "policy" / "requirements.txt").read_text()
+    assert {"pulumi_policy", "pulumi", "pulumi_gcp"} <= loaded
+    assert loaded.isdisjoint({"pydantic", "pulumi_kubernetes", "ray", "hydra", "omegaconf",
+                              "requests", "jsonschema", "torch"})
+    assert all(f"{p}==" in requirements for p in ("pulumi-policy", "pulumi", "pulumi-gcp"))

@@ -404,7 +404,7 @@ def test_plan_files_have_the_documented_shape(tmp_path):
         }
         assert set(resource["options"]) == {
             "protect", "retainOnDelete", "deleteBeforeReplace", "ignoreChanges",
-            "replaceOnChanges", "customTimeouts", "import", "provider",
+            "replaceOnChanges", "customTimeouts", "import", "provider", "aliases",
         }
     manifests = list(yaml.safe_load_all((tmp_path / "a3u" / "manifests.yaml").read_text()))
     assert all({"apiVersion", "kind", "metadata"} <= set(m) for m in manifests)
@@ -525,3 +525,42 @@ def test_skip_cluster_check_leaves_it_out():
     assert recording.of_type(CHECK_RUN) == []
     assert recording.one(GRPO_RUN).plain_inputs.get("checked") is None
     assert recording.plain_outputs()["clusterCheck"] == {"status": "SKIPPED"}
+
+
+@pytest.mark.parametrize("preview", [False, True], ids=["up", "preview"])
+def test_up_says_how_to_follow_staging_and_the_job_while_it_waits(preview, caplog):
+    """`pulumi up` (not preview, which waits on nothing) logs the commands that follow staging
+    and the job from another terminal, with the names this stack's config decides: the stack
+    has no outputs until `up` ends, so `make logs` alone could not follow the first run."""
+    import logging
+    import runpy
+
+    inputs = plan.stack_inputs("a4")
+    with caplog.at_level(logging.INFO):
+        mockrun.run(
+            lambda: runpy.run_path(str(plan.ROOT / "__main__.py"), run_name="__pulumi_main__"),
+            project="verl-gke", stack="a4", config=inputs.config, secret_keys=inputs.secret_keys,
+            invokes=plan.example_invokes(inputs.config), preview=preview,
+        )
+    hints = [r.getMessage() for r in caplog.records if "While `pulumi up` waits" in r.getMessage()]
+    if preview:
+        assert hints == []
+        return
+    [hint] = hints
+    for command in (
+        "gcloud container clusters get-credentials verl-a4 --location us-central1 "
+        "--project example-project",
+        "kubectl --namespace default logs --follow --container stage --selector "
+        "app.kubernetes.io/name=verl-gke-staging,app.kubernetes.io/part-of=verl-gke",
+        "kubectl --namespace default port-forward svc/b200-ray-cluster-head-svc 8265:8265",
+        "python -m tools.logs --address http://127.0.0.1:8265",
+        "make logs STACK=a4",
+    ):
+        assert command in hint
+    # The names in it are the ones the plan creates.
+    _, recording = rendered("a4", "standard")
+    assert recording.plain_outputs()["rayCluster"]["headService"] == "b200-ray-cluster-head-svc"
+    staging = recording.one("kubernetes:batch/v1:Job", "staging-job").plain_inputs["spec"]["template"]
+    assert staging["metadata"]["labels"] == {
+        "app.kubernetes.io/part-of": "verl-gke", "app.kubernetes.io/name": "verl-gke-staging"}
+    assert [c["name"] for c in staging["spec"]["containers"]] == ["stage"]

@@ -23,7 +23,7 @@ from typing import Iterable
 
 from components.facts.expectations import EXPECTATIONS, MIN_READ_MBPS
 from components.storage import model_staging
-from tools import mockrun, plan
+from tools import cli, mockrun, plan
 
 FINAL = "pulumi-python:dynamic/verl-gke:GrpoRun"
 
@@ -329,4 +329,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

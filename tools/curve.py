@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from components.ray.grpo_job import last_metrics
+from tools import cli, plan
 
 # verl keys, panel titles and units; reward first.
 PANELS: dict[str, tuple[str, str]] = {
@@ -66,7 +67,11 @@ def plot(series: dict[str, list[tuple[int, float]]], title: str, out: Path) -> P
 
     drawn = {key: points for key, points in series.items() if points}
     if not drawn:
-        raise SystemExit("no verl step line with a plottable metric in the log")
+        raise cli.UsageError(
+            "the log has no verl step line with a plottable metric (e.g. `step:1 - "
+            "critic/score/mean:0.1`): the job has not finished its first step yet, or this is "
+            "not a verl job's driver log; try again after the first step"
+        )
     figure, axes = plt.subplots(len(drawn), 1, figsize=(9, 3 * len(drawn)), sharex=True)
     axes = axes if len(drawn) > 1 else [axes]
     for axis, (key, points) in zip(axes, drawn.items()):
@@ -96,24 +101,50 @@ def log_from_ray(access: dict[str, Any], submission_id: str) -> str:
         return RayJobs(dashboard, submission_id, policy).logs()
 
 
-def access_from_stack(stack: str) -> tuple[dict[str, Any], str]:
-    """(access, submission id) of a deployed stack, from `pulumi stack output`."""
-    done = subprocess.run(
-        ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack],
-        capture_output=True, text=True,
-    )
+def stack_outputs(stack: str) -> dict[str, Any]:
+    """A deployed stack's outputs, secrets shown, from `pulumi stack output` (the CLI's own
+    login and backend); UsageError when there is no CLI or it cannot answer."""
+    command = ["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise cli.UsageError(
+            f"STACK={stack!r}: reading a deployed stack needs the Pulumi CLI, and `pulumi` is "
+            "not on PATH: install it (https://www.pulumi.com/docs/iac/download-install/) and "
+            "`pulumi login`, or pass a saved job log (`make curve LOG=job.log`)"
+        ) from None
     if done.returncode != 0:
-        raise SystemExit(
-            f"`pulumi stack output --stack {stack}` failed: {done.stderr.strip()}; run it where "
-            "the stack is deployed and you are logged in, or pass --log with a saved job log"
+        raise cli.UsageError(
+            f"STACK={stack!r}: `{' '.join(command[:-2])} --stack {stack}` failed "
+            f"({done.stderr.strip() or f'exit {done.returncode}'}): run it where the stack is "
+            "deployed and you are logged in, or pass a saved job log (LOG=job.log)"
         )
-    outputs = json.loads(done.stdout)
-    ray = outputs["rayCluster"]
-    access = {
-        "kubeconfig": outputs["kubeconfig"], "namespace": ray["namespace"],
-        "service": ray["headService"], "port": ray["dashboardPort"],
-    }
-    return access, outputs["job"]["submissionId"]
+    try:
+        return json.loads(done.stdout or "{}")
+    except json.JSONDecodeError as error:
+        raise cli.UsageError(f"`pulumi stack output --json` printed no JSON ({error})") from None
+
+
+def access_from_stack(stack: str) -> tuple[dict[str, Any], str]:
+    """(access, submission id) of a deployed stack's job, from its outputs: the same access
+    (kubeconfig, head Service, port) the GrpoJob provider uses."""
+    outputs = stack_outputs(stack)
+    try:
+        ray = outputs["rayCluster"]
+        access = {
+            "kubeconfig": outputs["kubeconfig"], "namespace": ray["namespace"],
+            "service": ray["headService"], "port": ray["dashboardPort"],
+        }
+        submission_id = outputs["job"]["submissionId"]
+    except (KeyError, TypeError) as error:
+        raise cli.UsageError(
+            f"STACK={stack!r} has no output {error} yet: the stack has not been deployed, or "
+            f"its first `pulumi up` has not reached the job; run `pulumi up --stack {stack}` "
+            "(the outputs are written when it ends), or pass a saved job log (LOG=job.log)"
+        ) from None
+    if not submission_id:
+        raise cli.UsageError(f"STACK={stack!r}: the job has no submission id yet: run `pulumi up`")
+    return access, submission_id
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,8 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--title", help="default: the log's source")
     args = parser.parse_args(argv)
     if args.log:
+        if not args.log.is_file():
+            raise cli.UsageError(f"LOG={str(args.log)!r} (--log) is not a file: pass a saved job "
+                                 "log (`ray job logs <submissionId> > job.log`)")
         log, where = args.log.read_text(errors="replace"), str(args.log)
     elif args.stack:
+        plan.stack_file(args.stack)  # the same check, and message, as every other target
         access, submission_id = access_from_stack(args.stack)
         log, where = log_from_ray(access, submission_id), f"{args.stack}: {submission_id}"
     else:
@@ -142,4 +177,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -45,6 +45,7 @@ class Options:
     custom_timeouts: dict[str, str] | None = None
     import_id: str | None = None
     provider: str | None = None  # the provider resource's URN, for custom resources
+    aliases: tuple[str, ...] = ()  # former names (alias specs; the engine takes those over)
 
     @classmethod
     def of(cls, request) -> Options:
@@ -63,6 +64,7 @@ class Options:
             import_id=request.importId or None,
             # A provider reference is "<urn>::<id>"; the URN is what names the resource.
             provider=request.provider.rsplit("::", 1)[0] if request.provider else None,
+            aliases=tuple(a.spec.name for a in request.aliases if a.HasField("spec") and a.spec.name),
         )
 
     def as_plan(self) -> dict[str, Any]:
@@ -75,6 +77,7 @@ class Options:
             "customTimeouts": self.custom_timeouts,
             "import": self.import_id,
             "provider": self.provider,
+            "aliases": [{"name": name} for name in self.aliases],
         }
 
 

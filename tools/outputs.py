@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jsonschema
 
-from tools import plan
+from tools import cli, plan
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "stack-outputs.schema.json"
 
@@ -36,17 +36,11 @@ def schema_problems(outputs: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from components.schema.config import ConfigError
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", required=True, help="a4, a3u or a4x")
     parser.add_argument("--mode", choices=["standard", "autopilot"], help="override clusterMode")
     args = parser.parse_args(argv)
-    try:
-        outputs = stack_outputs(args.stack, args.mode)
-    except (plan.MissingConfig, ConfigError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    outputs = stack_outputs(args.stack, args.mode)
     problems = schema_problems(outputs)
     if problems:
         print(f"outputs do not match {SCHEMA.name}:", *problems, sep="\n  ", file=sys.stderr)
@@ -56,4 +50,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -1,18 +1,21 @@
 """The offline plan: run the real program under Pulumi's mock runtime and write what it creates.
 
-    python -m tools.plan --stack a4 [--mode autopilot] [--out build]
+    python -m tools.plan --stack a4 [--mode autopilot] [--out build] [--config-file PATH]
 
 Reads Pulumi.yaml and Pulumi.<stack>.yaml as the Pulumi CLI would (project defaults, then the
 stack's values), fills site facts the stack file leaves unset with clearly fake example values,
 runs __main__.py, and writes:
   build/<stack>/plan.json       {"stack", "project", "exampleValues", "resources", "outputs"}
   build/<stack>/manifests.yaml  every Kubernetes object, in creation order
-Secret values appear only as "[secret]". A config error prints the problems and exits 2.
+Secret values appear only as "[secret]". A config error prints the problems and exits 2; a
+problem that quotes one of the example values says so (the user did not type it).
+`--config-file` reads another stack file in place of Pulumi.<stack>.yaml, as the CLI's flag does.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import runpy
 import sys
@@ -24,7 +27,8 @@ import yaml
 
 from components.facts.hardware import profile
 from components.messages import quoted
-from tools import mockrun
+from components.schema import pulumi_forms
+from tools import cli, mockrun
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "verl-gke"
@@ -51,7 +55,7 @@ class StackInputs:
     example_keys: list[str] = field(default_factory=list)
 
 
-class StackFileError(Exception):
+class StackFileError(cli.UsageError):
     """A project or stack file the Pulumi CLI could not read either; says which and why."""
 
 
@@ -67,7 +71,8 @@ def read_yaml_file(path: Path) -> dict[str, Any]:
             "save it as UTF-8"
         ) from None
     try:
-        document = yaml.safe_load(text)
+        # libyaml's parser (PyYAML's C binding) when present: the same documents, a tenth the time.
+        document = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -105,7 +110,12 @@ def _config_section(path: Path, document: dict[str, Any]) -> dict[str, Any]:
 
 
 def _project_document() -> dict[str, Any]:
-    path = ROOT / "Pulumi.yaml"
+    return _read_project(ROOT / "Pulumi.yaml")
+
+
+@functools.lru_cache(maxsize=4)
+def _read_project(path: Path) -> dict[str, Any]:
+    """Pulumi.yaml, read once per run (every tool asks for it several times)."""
     document = read_yaml_file(path)
     if not isinstance(document.get("name"), str) or not isinstance(document.get("config") or {}, dict):
         raise StackFileError(f"{path.name} needs a `name` string and a `config` mapping")
@@ -129,27 +139,72 @@ class MissingConfig(StackFileError):
     """Keys the Pulumi CLI would refuse to run without (declared, no default, not set)."""
 
 
+def known_stacks() -> list[str]:
+    """The stacks of this directory: one per `Pulumi.<stack>.yaml`."""
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
+
+
+def stack_file(stack: str, config_file: Path | None = None) -> Path:
+    """The stack file the CLI would read for `stack` (or `config_file`), or StackFileError."""
+    if config_file is not None:
+        if not config_file.is_file():
+            raise StackFileError(
+                f"--config-file {str(config_file)!r} does not exist: pass the path of a stack "
+                "file such as Pulumi.a4.yaml"
+            )
+        return config_file
+    path = ROOT / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise StackFileError(
+            f"STACK={stack!r} (--stack): no stack file {path.name} here; the stacks are "
+            f"{', '.join(known_stacks())}: pass one of them (e.g. `make plan STACK=a4`), or "
+            f"create this one with `pulumi stack init {stack}` and "
+            f"`pulumi config set verl-gke:target a4` (or a3u, a4x)"
+        )
+    return path
+
+
+def _refuse_environments(path: Path, document: dict[str, Any]) -> None:
+    """A stack file that imports Pulumi ESC environments holds only part of its config: the
+    rest comes from Pulumi Cloud, which an offline plan cannot open. Refused, not half-read."""
+    environments = document.get("environment")
+    if not environments:
+        return
+    names = environments if isinstance(environments, list) else [environments]
+    raise StackFileError(
+        f"{path.name} imports the Pulumi ESC environment(s) "
+        f"{', '.join(quoted(n) for n in names)} (`environment:`), which the offline plan cannot "
+        "open (it has no Pulumi Cloud session), so any config they provide would be missing "
+        "here: plan from a copy of the stack file without `environment:` that sets those keys "
+        "(`--config-file <copy>`), or run `pulumi preview`, which resolves them"
+    )
+
+
 def stack_inputs(
-    stack: str, mode: str | None = None, overrides: dict[str, str] | None = None
+    stack: str,
+    mode: str | None = None,
+    overrides: dict[str, str] | None = None,
+    config_file: Path | None = None,
 ) -> StackInputs:
     """The config the CLI would pass for `stack`, with example values for unset site facts.
 
-    Mirrors the CLI's merge: the stack file's values, else the project's declared defaults; a
-    declared key with neither is an error. `overrides` count as set in the stack file (as
-    `pulumi config set` would write them). Plan mode fills site facts (EXAMPLE_VALUES) before
-    that check, and never over a value that is set.
+    Mirrors the CLI's merge: the stack file's values (or `config_file`'s), else the project's
+    declared defaults; a declared key with neither is an error. `overrides` count as set in the
+    stack file (as `pulumi config set` would write them). Plan mode fills site facts
+    (EXAMPLE_VALUES) before that check, and never over a value that is set, nor where the user
+    set the Google provider's own key for it (gcp:region, gcp:zone): the program reads its own
+    keys, and the CLI would ask for them.
     """
     project = _project_document()
-    stack_file = ROOT / f"Pulumi.{stack}.yaml"
-    if not stack_file.exists():
-        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
-        raise StackFileError(f"no stack file {stack_file.name}; stacks: {', '.join(known)}")
+    path = stack_file(stack, config_file)
+    document = read_yaml_file(path)
+    _refuse_environments(path, document)
     declared = {
         _qualified(key, project["name"]): spec for key, spec in (project.get("config") or {}).items()
     }
     config: dict[str, str] = {}
     secret_keys: list[str] = []
-    for key, value in _config_section(stack_file, read_yaml_file(stack_file)).items():
+    for key, value in _config_section(path, document).items():
         if isinstance(value, dict) and "secure" in value:
             # Ciphertext cannot be read offline; stand in an example value, still secret.
             config[key] = EXAMPLE_SECRETS.get(key, "EXAMPLE-SECRET")
@@ -168,6 +223,8 @@ def stack_inputs(
     for key, value in {**EXAMPLE_VALUES, **EXAMPLE_SECRETS}.items():
         if no_reservation and key == f"{NAMESPACE}:reservation":
             continue
+        if key in PROVIDER_TWINS and PROVIDER_TWINS[key] in config:
+            continue  # the user chose a place: an example one would contradict it
         if key not in config:
             config[key] = value
             inputs.example_keys.append(key)
@@ -182,11 +239,22 @@ def stack_inputs(
         else:
             missing.append(key)
     if missing:
+        twins = [
+            f"{PROVIDER_TWINS[key]} is set, but this program reads {key}: "
+            f"`pulumi config set {key} {config[PROVIDER_TWINS[key]]}`"
+            for key in sorted(missing) if PROVIDER_TWINS.get(key) in config
+        ]
         raise MissingConfig(
             f"Stack '{stack}' is missing configuration values: {', '.join(sorted(missing))}; "
             "set them with `pulumi config set <key> <value>`"
+            + "".join(f"; {twin}" for twin in twins)
         )
     return inputs
+
+
+# The program's keys that the Google provider has a twin of (the program refuses a twin that
+# disagrees with its own key: components/schema/pulumi_forms.py).
+PROVIDER_TWINS = {f"{NAMESPACE}:{own}": theirs for theirs, own in pulumi_forms.PROVIDER_TWINS.items()}
 
 
 def _qualified(key: str, project: str) -> str:
@@ -195,9 +263,16 @@ def _qualified(key: str, project: str) -> str:
 
 def example_invokes(config: dict[str, str]) -> dict[str, Any]:
     """What a project fit for the stack would answer its capacity invokes: a ready reservation
-    of the target's machine type with room for the nodes, and enough preemptible GPU quota."""
-    hw = profile(config[f"{NAMESPACE}:target"])
-    nodes = int(config.get(f"{NAMESPACE}:gpuNodes") or 0) or hw.default_nodes
+    of the target's machine type with room for the nodes, and enough preemptible GPU quota.
+
+    None for config the program will refuse (an unknown target, a node count that is not a
+    whole number): the program reports it, with the key and the fix, before any invoke.
+    """
+    try:
+        hw = profile(config[f"{NAMESPACE}:target"])
+        nodes = int(config.get(f"{NAMESPACE}:gpuNodes") or 0) or hw.default_nodes
+    except (KeyError, ValueError):
+        return {}
     reservation = config.get(f"{NAMESPACE}:reservation") or EXAMPLE_VALUES[f"{NAMESPACE}:reservation"]
     return {
         mockrun.GET_RESERVATION: {
@@ -226,21 +301,39 @@ def run_program(
     overrides: dict[str, str] | None = None,
     invokes: dict[str, Any] | None = None,
     recording: mockrun.Recording | None = None,
+    config_file: Path | None = None,
 ) -> tuple[StackInputs, mockrun.Recording]:
     """Run __main__.py under mocks with the stack's config, `overrides` (fully qualified keys)
     applied on top, and `invokes` answered instead of the example answers. Raises ConfigError
-    on bad config."""
-    inputs = stack_inputs(stack, mode, overrides)
-    recording = mockrun.run(
-        lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_main__"),
-        project=project_name(),
-        stack=stack,
-        config=inputs.config,
-        secret_keys=inputs.secret_keys,
-        invokes={**example_invokes(inputs.config), **(invokes or {})},
-        recording=recording,
-    )
+    on bad config, each problem that quotes an example value saying so."""
+    from components.schema.config import ConfigError
+
+    inputs = stack_inputs(stack, mode, overrides, config_file)
+    try:
+        recording = mockrun.run(
+            lambda: runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_main__"),
+            project=project_name(),
+            stack=stack,
+            config=inputs.config,
+            secret_keys=inputs.secret_keys,
+            invokes={**example_invokes(inputs.config), **(invokes or {})},
+            recording=recording,
+        )
+    except ConfigError as error:
+        raise ConfigError([note_examples(p, inputs) for p in error.problems]) from None
     return inputs, recording
+
+
+def note_examples(problem: str, inputs: StackInputs) -> str:
+    """`problem`, with a note for each example value it quotes (or a name derived from one):
+    the user never typed those, and the fix is to set the real one."""
+    notes = [
+        f"{key} = {inputs.config[key]!r} is the offline plan's example value, not yours: set "
+        f"yours with `pulumi config set {key} <value>`"
+        for key in inputs.example_keys
+        if key not in EXAMPLE_SECRETS and inputs.config[key] in problem
+    ]
+    return problem + "".join(f" (note: {note})" for note in notes)
 
 
 def plan_document(stack: str, inputs: StackInputs, recording: mockrun.Recording) -> dict[str, Any]:
@@ -307,11 +400,13 @@ def tree_lines(recording: mockrun.Recording) -> list[str]:
     return lines
 
 
-def write_plan(stack: str, mode: str | None, out: Path, quiet: bool) -> int:
+def write_plan(
+    stack: str, mode: str | None, out: Path, quiet: bool, config_file: Path | None = None
+) -> int:
     from components.schema.config import ConfigError
 
     try:
-        inputs, recording = run_program(stack, mode)
+        inputs, recording = run_program(stack, mode, config_file=config_file)
     except StackFileError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -349,9 +444,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=["standard", "autopilot"], help="override clusterMode")
     parser.add_argument("--out", type=Path, default=ROOT / "build")
     parser.add_argument("--quiet", action="store_true", help="print only the summary line")
+    parser.add_argument("--config-file", type=Path,
+                        help="read this stack file instead of Pulumi.<stack>.yaml (as the CLI's flag)")
     args = parser.parse_args(argv)
-    return write_plan(args.stack, args.mode, args.out, args.quiet)
+    return write_plan(args.stack, args.mode, args.out, args.quiet, args.config_file)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -36,7 +36,7 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
-from tools import force_new
+from tools import cli, force_new
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("standard", "autopilot")
@@ -483,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--comment", type=Path,
                         help="also write it as a PR comment: a marker line first, cut to GitHub's limit")
     args = parser.parse_args(argv)
+    # A ref git cannot resolve is the user's to fix: say git's own reason, not a traceback.
+    cli.git(["cat-file", "-e", f"{args.base}^{{commit}}"], key="BASE", value=args.base, cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
         base_tree = materialize(args.base, Path(scratch) / "base-tree")
         report, failed = diff_trees(base_tree, ROOT, args.stack or stacks, Path(scratch))
@@ -495,4 +497,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

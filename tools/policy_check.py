@@ -3,11 +3,18 @@
     python -m tools.policy_check --stack a4 [--mode autopilot]   # renders the plan, then checks
     python -m tools.policy_check --plan build/a4/plan.json       # checks a plan already written
     python -m tools.policy_check --stack a4 --print-config       # the pack's config for a stack
+    python -m tools.policy_check --stack a4 --policy-pack-config org.json   # an override
 
 Each plan resource becomes the pulumi-policy argument object the engine would build for it
 (ResourceValidationArgs, or a PolicyResource in StackValidationArgs), and each policy's own
-`validate` runs on it: the same code `pulumi preview --policy-pack policy` runs. Exit 1 when a
-mandatory policy is violated, and each violation is printed with its policy and resource.
+`validate` runs on it: the same code `pulumi preview --policy-pack policy` runs. Each policy's
+enforcement level and settings come from policy/config.json, then `--policy-pack-config` (the
+CLI's flag and format), then the stack's own grant (allowForceDestroy); a disabled policy does
+not run. Exit 1 when a mandatory policy is violated, and each violation is printed with its
+policy and resource.
+
+It runs in the pack's own venv (`make policy`: .venv-policy, policy/requirements.txt), reading
+a plan.json the program's venv rendered; only `--stack` without a rendered plan needs both.
 """
 
 from __future__ import annotations
@@ -20,7 +27,6 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pulumi_policy import (
-    EnforcementLevel,
     PolicyCustomTimeouts,
     PolicyResource,
     PolicyResourceOptions,
@@ -30,7 +36,10 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from policy import rules
+from policy.pack_config import PackConfigError
 from policy.rules import ALLOW_FORCE_DESTROY, POLICIES
+from tools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,11 +109,17 @@ def check_resources(
     resources: list[Mapping[str, Any]],
     config: Mapping[str, Mapping[str, Any]] | None = None,
     policies: Iterable[Any] = POLICIES,
+    levels: Mapping[str, str] | None = None,
 ) -> list[Violation]:
-    """Every violation the policies report for these plan resources."""
+    """Every violation the policies report for these plan resources. `config`: each policy's
+    settings; `levels`: each policy's enforcement level (default: policy/config.json's)."""
+    levels = levels if levels is not None else {n: s.level for n, s in rules.settings().items()}
     found: list[Violation] = []
     for policy in policies:
-        mandatory = policy.enforcement_level == EnforcementLevel.MANDATORY
+        level = levels.get(policy.name, rules.PACK_LEVEL.value)
+        if level == "disabled":
+            continue
+        mandatory = level == "mandatory"
         own_config = (config or {}).get(policy.name, {})
 
         def report(message: str, urn: str | None = None, _policy=policy, _default=None) -> None:
@@ -121,8 +136,28 @@ def check_resources(
     return found
 
 
-def check_plan(plan: Mapping[str, Any]) -> list[Violation]:
-    return check_resources(plan["resources"], policy_config(plan["stack"]))
+def pack_settings(stack: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Each policy's settings for `stack`: the pack's file, `overrides`, the stack's grant."""
+    try:
+        return rules.settings(overrides, policy_config(stack))
+    except PackConfigError as error:
+        raise cli.UsageError(str(error)) from None
+
+
+def check_plan(plan: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> list[Violation]:
+    own = pack_settings(plan["stack"], overrides)
+    return check_resources(
+        plan["resources"], {n: s.properties for n, s in own.items()}, POLICIES,
+        {n: s.level for n, s in own.items()},
+    )
+
+
+def cli_config(stack: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The pack's whole config for `stack`, in the format of `--policy-pack-config`."""
+    return {
+        name: {"enforcementLevel": own.level, **own.properties}
+        for name, own in pack_settings(stack, overrides).items()
+    }
 
 
 def _render(stack: str, mode: str | None) -> dict[str, Any]:
@@ -140,12 +175,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=["standard", "autopilot"])
     parser.add_argument("--print-config", action="store_true",
                         help="print the pack's config for this stack as JSON (for --policy-pack-config)")
+    parser.add_argument("--policy-pack-config", type=Path,
+                        help="levels and settings over policy/config.json, as the CLI's flag")
     args = parser.parse_args(argv)
+    overrides = None
+    if args.policy_pack_config:
+        try:
+            overrides = json.loads(args.policy_pack_config.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise cli.UsageError(f"--policy-pack-config {str(args.policy_pack_config)!r}: {error}") from None
+    if args.plan and not args.plan.is_file():
+        raise cli.UsageError(f"--plan {str(args.plan)!r} does not exist: render it with "
+                             "`python -m tools.plan --stack <stack>` (build/<stack>/plan.json)")
     plan = json.loads(args.plan.read_text()) if args.plan else _render(args.stack, args.mode)
     if args.print_config:
-        print(json.dumps(policy_config(plan["stack"]), indent=2))
+        print(json.dumps(cli_config(plan["stack"], overrides), indent=2))
         return 0
-    violations = check_plan(plan)
+    violations = check_plan(plan, overrides)
     label = plan["stack"] + (f"/{args.mode}" if args.mode else "")
     for violation in violations:
         print(violation)
@@ -156,4 +202,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))

@@ -33,7 +33,7 @@ from components.schema.observability import observability_problems
 from components.schema.run import GrpoRunConfig, run_problems
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
 from components.messages import quoted
-from components.schema import names
+from components.schema import names, pulumi_forms
 from components.schema.staging import StagingConfig, model_path, staging_problems
 
 NAMESPACE = "verl-gke"
@@ -253,8 +253,16 @@ KEYS.pop("stack")
 
 # Keys whose values are objects or lists: the CLI hands them over as JSON text.
 STRUCTURED_KEYS = ("job", "staging", "labels", "controlPlaneCidrs")
-# Keys Pulumi's project config schema cannot declare (it has no object type).
+# Keys whose value is an object (Pulumi.yaml declares them `type: object`, default {}).
 OBJECT_KEYS = ("job", "staging", "labels")
+# The JSON Schema of a stack file generated from these models, for editors (tools/config_schema.py).
+CONFIG_SCHEMA_PATH = "schemas/stack-config.schema.json"
+# Each object key's model, for the fields a flat `verl-gke:job.rolloutN` meant (None: a map).
+_OBJECT_MODELS = {
+    key: annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    for key in OBJECT_KEYS
+    for annotation in [StackConfig.model_fields[KEYS[key]].annotation]
+}
 
 # Pulumi.yaml's defaults for keys whose real default is derived: they mean "not set".
 UNSET = {"gpuNodes": "0"}
@@ -277,9 +285,9 @@ def load(
         if full_key == "gcp:project":
             values["project"] = value
         elif namespace != NAMESPACE:
-            continue  # provider settings (gcp:region, kubernetes:context ...) are not ours
+            continue  # provider settings (kubernetes:context ...) are not ours; gcp:region below
         elif key not in KEYS:
-            problems.append(_unknown_key(key))
+            problems.append(pulumi_forms.flat_key_problem(key, value, _OBJECT_MODELS) or _unknown_key(key))
         elif str(value) in ("", UNSET.get(key)):
             continue
         elif key in _SECRET_KEYS and full_key not in secret_keys:
@@ -289,6 +297,7 @@ def load(
             )
         else:
             values[key] = _parse(key, value)
+    problems += pulumi_forms.provider_twin_problems(raw, values)
     if "project" not in values:
         problems.append(
             "gcp:project is not set: run `pulumi config set gcp:project <your-project-id>` "
@@ -321,10 +330,10 @@ def _parse(key: str, value: Any) -> Any:
     # Structured keys arrive as JSON text from the CLI (`pulumi config set --path job.rolloutN 8`).
     if key in STRUCTURED_KEYS and isinstance(value, str):
         try:
-            return json.loads(value)
+            value = json.loads(value)
         except json.JSONDecodeError:
             return value  # pydantic reports it with the key name
-    return value
+    return pulumi_forms.normalise_lists(key, value)
 
 
 def _unknown_key(key: str) -> str:
@@ -371,10 +380,10 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
     shown = "[secret]" if top in _SECRET_KEYS else quoted(error.get("input"))
     fix = _FIXES.get(top, "see its description in Pulumi.yaml")
     if top in OBJECT_KEYS:
-        # Objects are not declared in Pulumi.yaml (its schema has no object type).
-        fix = f"see the {NAMESPACE}:{top} table in README.md"
+        # Pulumi.yaml's description of an object cannot list its fields: the docs and the schema do.
+        fix = f"see {NAMESPACE}:{top} in docs/config.md (or {CONFIG_SCHEMA_PATH})"
     if top in OBJECT_KEYS and error["type"] == "extra_forbidden":
-        fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in README.md"
+        fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in docs/config.md (and {CONFIG_SCHEMA_PATH})"
     return f"{key} = {shown} is invalid ({error['msg']}): {fix}"
 
 
