@@ -14,7 +14,7 @@ POOL = "gcp:container/nodePool:NodePool"
 
 
 def test_rdma_networks_follow_the_nic_count():
-    """Nothing assumes 8 NICs (ANCHORS defect 3): 4 NICs give 4 subnets and 4 rdma networks."""
+    """Nothing assumes 8 NICs (tutorial defect 3): 4 NICs give 4 subnets and 4 rdma networks."""
     seen = {}
 
     def program():

@@ -90,7 +90,7 @@ def overrides_for(target: str, run: GrpoRunConfig | None = None, nodes: int | No
 def test_defaults_are_the_tutorials_overrides_with_the_listed_differences(target, expected):
     """An empty `verl-gke:job` gives the tutorial's overrides for the target except the
     differences listed above, each on purpose; it checkpoints to the run's own directory and
-    resumes from it with trainer.resume_mode=auto, which the tutorial lacks (ANCHORS defect 6).
+    resumes from it with trainer.resume_mode=auto, which the tutorial lacks (tutorial defect 6).
     The KL coefficient weighs the actor's KL loss, not algorithm.kl_ctrl (review finding 6)."""
     overrides = overrides_for(target)
     own = overrides.pop("trainer.default_local_dir")
@@ -201,7 +201,7 @@ def test_entrypoint_is_the_tutorials_command_with_quoted_arguments():
 
 
 def test_runtime_env_has_the_right_tuner_per_target():
-    """a4 and a3u use their own tuner file (ANCHORS defect 2); a4x uses NCCL_ENV_PLUGIN."""
+    """a4 and a3u use their own tuner file (tutorial defect 2); a4x uses NCCL_ENV_PLUGIN."""
     a4, a3u, a4x = (runtime_env(profile(t), 2)["env_vars"] for t in ("a4", "a3u", "a4x"))
     assert a4["NCCL_TUNER_CONFIG_PATH"] == "/usr/local/gib/configs/tuner_config_a4.txtpb"
     assert a3u["NCCL_TUNER_CONFIG_PATH"] == "/usr/local/gib/configs/tuner_config_a3u.txtpb"
@@ -212,7 +212,7 @@ def test_runtime_env_has_the_right_tuner_per_target():
 
 @pytest.mark.parametrize("target", [t.value for t in Target])
 def test_runtime_env_is_env_vars_only_with_verls_defaults(target):
-    """No working_dir/pip/setup_hook (ANCHORS defect 1); verl's env and HF_HOME on the bucket."""
+    """No working_dir/pip/setup_hook (tutorial defect 1); verl's env and HF_HOME on the bucket."""
     env = runtime_env(profile(target), 2)
     assert list(env) == ["env_vars"]
     variables = env["env_vars"]

@@ -208,7 +208,7 @@ def _plain(value: Any, on_secret: Callable[[Any], Any]) -> Any:
     return value
 
 
-# What the live project answers the program's invokes (components/preflight.py) in a plain
+# What the live project answers the program's invokes (components/preflight/) in a plain
 # offline run: GKE's REGULAR channel as it could look, and no bucket yet. Tests pass their own
 # answers (`invokes=`) for other situations: an old channel, a bucket left by a destroy.
 ENGINE_VERSIONS = "gcp:container/getEngineVersions:getEngineVersions"

@@ -91,7 +91,7 @@ class HardwareProfile:
     # Preemptible quota is charged", "Flex-start: Preemptible quota is charged", Google's AI
     # Hypercomputer consumption-models table); None where neither is offered.
     preemptible_gpu_quota: str | None
-    # NCCL tuner shipped by the gIB installer; A3 Ultra needs its own (ANCHORS defect 2).
+    # NCCL tuner shipped by the gIB installer; A3 Ultra needs its own (tutorial defect 2).
     nccl_tuner_config: str | None
     ray_version: str
     worker: PodShape

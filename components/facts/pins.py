@@ -18,7 +18,7 @@ class HelmChart:
     version: str  # an exact release, never a range
 
 # verl container images, per CPU architecture. The tutorial uses the floating tag
-# `vllm011.latest` on amd64 (ANCHORS defect 4). `vllm011.dev7` is the last vllm 0.11 build
+# `vllm011.latest` on amd64 (tutorial defect 4). `vllm011.dev7` is the last vllm 0.11 build
 # verl's own CI pinned (volcengine/verl acc12076b, "update workflow images vllm011->012") before
 # moving to vllm 0.12, so it is the newest tested image of the line the tutorial targets.
 # `vllm023.aarch64.dev1` is the tutorial's own A4X image (GB200 is arm64 only: verl #3468).

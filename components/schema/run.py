@@ -11,7 +11,7 @@ Pulumi. `components/ray/grpo_job.py` turns the result into a submitted Ray job. 
   problems of a run gathered in one list (`run_problems`).
 
 Every run checkpoints to its own directory on the bucket and always resumes from it
-(`resume_mode=auto`, ANCHORS defect 6): `/checkpoint-bucket/checkpoints/<runName>-<N>gpu-<12
+(`resume_mode=auto`, tutorial defect 6): `/checkpoint-bucket/checkpoints/<runName>-<N>gpu-<12
 hex of its identity>`. What it does not do: stage the model, data or verl source (model staging
 owns that), or validate Hydra keys it does not model (`extraOverrides` is passed through as
 written, after Hydra's own parser and merge check them against the program's keys).

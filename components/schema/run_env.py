@@ -20,7 +20,7 @@ from components.facts.hardware import HardwareProfile, NodeNetworking
 from components.facts.layout import HF_HOME, VERL_DIR
 
 # NCCL over the gIB plugin on the RDMA VPC targets (the tutorial's runtime-env.yaml, A4/A3U);
-# the tuner file differs per machine and comes from the profile (ANCHORS defect 2).
+# the tuner file differs per machine and comes from the profile (tutorial defect 2).
 _RDMA_VPC_NCCL_ENV = {
     # Google's NCCL/gIB guidance: "The /usr/local/gib/lib64 directory is in your
     # LD_LIBRARY_PATH" (Compute Engine, "Enable NCCL/gIB"); the tutorial has only the driver's.
@@ -63,7 +63,7 @@ def runtime_env(
     No `working_dir`, `py_modules` or `pip`: verl is already on the bucket (PYTHONPATH) and in
     the image, and an upload from the machine running Pulumi is slow and size-capped (ray
     #45602, verl #696). No `setup_hook`: it is not a runtime_env field; the tutorial's file sets
-    it by mistake (ANCHORS defect 1).
+    it by mistake (tutorial defect 1).
     """
     env = {
         "PYTHONPATH": VERL_DIR,

@@ -229,7 +229,7 @@ class GcsFuseStorage(pulumi.ComponentResource):
                 access_modes=["ReadWriteMany"],
                 resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": CAPACITY}),
                 storage_class_name="gcsfuse-sc",
-                # Bind to exactly this PV (the tutorial leaves it to matching, ANCHORS defect 4).
+                # Bind to exactly this PV (the tutorial leaves it to matching, tutorial defect 4).
                 volume_name=volume.metadata.name,
             ),
             opts=claim_opts,
