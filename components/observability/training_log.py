@@ -9,11 +9,12 @@ and `tools/curve.py`. The lines are those the log shipper prints (log_shipper.py
 verl's console logger joins one step's metrics as `step:N - key:value - key:value`
 (verl/utils/logger/aggregate_logger.py, concat_dict_to_str); the keys charted here are verl's
 (verl/trainer/ppo/metric_utils.py: `critic/score/mean`, `response_length/mean`,
-`timing_s/step`, `perf/throughput` in tokens/s per GPU; at b178a3cd5 ray_trainer.py:1513
-`actor/entropy`, the mean token entropy of the old-log-prob pass, logged whatever
-`entropy_coeff` is, and core_algos.py:1246 `actor/pg_clipfrac`, the fraction of response tokens
-the PPO clip bounds, averaged over the step's updates by reduce_metrics). Values may be numpy
-reprs such as `np.float64(0.5)`, and `nan`.
+`timing_s/step`, `perf/throughput` in tokens/s per GPU; at b178a3cd5 `actor/entropy`, the mean
+token entropy of the step's responses, from the old-log-prob pass whatever `entropy_coeff` is
+(ray_trainer.py:1513; the update pass's mean replaces it when the actor computes entropy in
+training, dp_actor.py:636 and ray_trainer.py:1614), and `actor/pg_clipfrac`, the fraction of
+response tokens the PPO clip bounds, averaged over the step's updates (core_algos.py:1246,
+reduce_metrics)). Values may be numpy reprs such as `np.float64(0.5)`, and `nan`.
 
 Every pattern is RE2 syntax (Cloud Logging's `=~` and REGEXP_EXTRACT use RE2:
 cloud.google.com/logging/docs/view/logging-query-language#regular-expressions, and the
