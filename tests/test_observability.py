@@ -17,7 +17,9 @@ import pytest
 from components.observability import dashboard as dashboard_module
 from components.observability.scope import Scope
 from components.observability.training_log import Kind, log_metrics
-from components.observability.training_observability import gpus_idle_query, logs_url
+from components.observability.training_observability import (
+    CLIP_FRACTION_CEILING, COLLAPSE_MINUTES, ENTROPY_FLOOR, gpus_idle_query, logs_url,
+)
 from components.schema import config
 from components.schema.config import ConfigError
 from tests import api_schemas
@@ -42,7 +44,8 @@ def dashboard_body(recording) -> dict:
 
 def test_every_stack_defines_the_log_metrics_dashboard_and_alerts(program):
     """Each plan holds one log-based metric per training value and counter, one dashboard and
-    the four alerts, all children of the TrainingObservability component."""
+    the six alerts (the two signs of policy collapse among them), all children of the
+    TrainingObservability component."""
     _, _, _, recording = program
     component = recording.one("verl-gke:index:TrainingObservability", "observability")
     metrics = recording.of_type(LOG_METRIC)
@@ -50,7 +53,9 @@ def test_every_stack_defines_the_log_metrics_dashboard_and_alerts(program):
         scope_of(recording).metric_name(m) for m in log_metrics()
     }
     alerts = {a.name for a in recording.of_type(ALERT)}
-    assert alerts == {f"observability-alert-{k}" for k in ("job-failed", "reward-nan", "no-step", "gpus-idle")}
+    assert alerts == {f"observability-alert-{k}" for k in (
+        "job-failed", "reward-nan", "no-step", "gpus-idle", "entropy-collapse", "clip-fraction-high",
+    )}
     for resource in [*metrics, *recording.of_type(ALERT), recording.one(DASHBOARD)]:
         assert resource.parent == component.urn
 
@@ -75,13 +80,14 @@ def test_the_api_schema_check_is_live():
 
 def test_dashboard_has_the_issues_widgets_on_a_non_overlapping_grid(program):
     """GPU utilisation/memory/power per node, GPU nodes, pod restarts, Ray metrics and the four
-    training metrics are there, and no two tiles overlap."""
+    training metrics (policy entropy and clip fraction among them) are there, and no two tiles
+    overlap."""
     _, _, _, recording = program
     tiles = dashboard_body(recording)["mosaicLayout"]["tiles"]
     titles = " | ".join(t["widget"]["title"] for t in tiles)
     for needed in ("GPU utilisation per node", "GPU memory used per node", "GPU power per node",
                    "GPU nodes", "Pod restarts", "Ray nodes alive", "Reward", "Response length",
-                   "Step time", "Throughput"):
+                   "Step time", "Throughput", "Policy entropy", "PPO clip fraction"):
         assert needed in titles, needed
     cells = set()
     for t in tiles:
@@ -287,17 +293,94 @@ def _ancestors(resources: list[dict], urn: str) -> set[str]:
 
 def test_log_metric_alerts_wait_for_the_raycluster_so_monitoring_knows_their_metrics(program):
     """Cloud Monitoring answers 404 on a condition over a log-based metric for up to 10 minutes
-    after the metric is created, and the provider does not retry it: the three alerts on
-    logging.googleapis.com/user/... metrics wait, in the plan's graph, for their metrics and for
-    the RayCluster (ready only after the cluster, its nodes and pods). The PromQL alert needs no
-    descriptor and does not wait for the RayCluster."""
+    after the metric is created, and the provider does not retry it: the five alerts on
+    logging.googleapis.com/user/... metrics (the two collapse alerts among them) wait, in the
+    plan's graph, for their metrics and for the RayCluster (ready only after the cluster, its
+    nodes and pods). The PromQL alert needs no descriptor and does not wait for the RayCluster."""
     stack, mode, inputs, recording = program
     resources = plan.plan_document(stack, inputs, recording)["resources"]
     [ray] = [r["urn"] for r in resources if r["type"] == "kubernetes:ray.io/v1:RayCluster"]
     metrics = {r["urn"] for r in resources if r["type"] == LOG_METRIC}
     alerts = {r["name"]: r for r in resources if r["type"] == ALERT}
-    for name in ("observability-alert-job-failed", "observability-alert-reward-nan", "observability-alert-no-step"):
+    for key in ("job-failed", "reward-nan", "no-step", "entropy-collapse", "clip-fraction-high"):
+        name = f"observability-alert-{key}"
         assert "logging.googleapis.com/user/" in json.dumps(alerts[name]["inputs"]["conditions"]), name
         waits = _ancestors(resources, alerts[name]["urn"])
         assert ray in waits and metrics <= waits, name
     assert ray not in _ancestors(resources, alerts["observability-alert-gpus-idle"]["urn"])
+
+
+def _aggregations_of_value_metrics(recording) -> list[tuple[str, str, str]]:
+    """(where, aligner, reducer) of every chart and alert condition reading a VALUE metric."""
+    scope = scope_of(recording)
+    values = {scope.metric_type(m) for m in log_metrics() if m.kind is Kind.VALUE}
+    found = []
+    for tile in dashboard_body(recording)["mosaicLayout"]["tiles"]:
+        for data_set in tile["widget"]["xyChart"]["dataSets"]:
+            series = data_set["timeSeriesQuery"].get("timeSeriesFilter")
+            if series and set(_METRIC_TYPE.findall(series["filter"])) & values:
+                aggregation = series["aggregation"]
+                found.append((tile["widget"]["title"], aggregation["perSeriesAligner"],
+                              aggregation["crossSeriesReducer"]))
+    for name, alert in _alerts(recording).items():
+        for condition in alert["conditions"]:
+            threshold = condition.get("conditionThreshold")
+            if threshold and set(_METRIC_TYPE.findall(threshold["filter"])) & values:
+                for aggregation in threshold["aggregations"]:
+                    found.append((name, aggregation["perSeriesAligner"],
+                                  aggregation["crossSeriesReducer"]))
+    return found
+
+
+def test_value_metrics_are_aggregated_as_the_api_documents_for_delta_distributions(program):
+    """Every chart and alert over a log-based value metric (DELTA DISTRIBUTION) uses an aligner
+    and a reducer whose monitoring v3 enum description says they take DELTA distributions: the
+    API refuses others with a 400 (ALIGN_MEAN is documented for numeric values only)."""
+    _, _, _, recording = program
+    aggregation = api_schemas.discovery("monitoring.v3")["schemas"]["Aggregation"]["properties"]
+
+    def described(field: str) -> dict[str, str]:
+        return dict(zip(aggregation[field]["enum"], aggregation[field]["enumDescriptions"]))
+
+    aligners, reducers = described("perSeriesAligner"), described("crossSeriesReducer")
+    found = _aggregations_of_value_metrics(recording)
+    assert {where for where, _, _ in found} >= {"entropy-collapse", "clip-fraction-high",
+                                                "Policy entropy (actor/entropy)"}
+    for where, aligner, reducer in found:
+        aligner_text, reducer_text = aligners[aligner], reducers[reducer]
+        assert "DELTA metrics" in aligner_text, (where, aligner, aligner_text)
+        # ALIGN_DELTA keeps the input's value type; others must name distribution values.
+        assert ("same as the value_type of the input" in aligner_text
+                or "distribution values" in aligner_text), (where, aligner, aligner_text)
+        assert "DELTA" in reducer_text and "distribution values" in reducer_text, (where, reducer)
+    assert "distribution" not in aligners["ALIGN_MEAN"], "the check would not catch ALIGN_MEAN"
+
+
+def test_collapse_alerts_compare_the_runs_mean_and_name_the_fix(program):
+    """Entropy alerts under its floor, the clip fraction over its ceiling, each on the mean of
+    the run's step values over the collapse window, on the right metric; the texts say the
+    thresholds are starting points and name the fix (resumeFrom with a lower learningRate or a
+    higher klCoef; a lower learningRate or a larger ppoMiniBatchSize)."""
+    _, _, _, recording = program
+    scope = scope_of(recording)
+    metrics = {m.key: m for m in log_metrics()}
+    alerts = _alerts(recording)
+    expected = {
+        "entropy-collapse": ("entropy", "COMPARISON_LT", ENTROPY_FLOOR,
+                             ("resumeFrom", "learningRate", "klCoef")),
+        "clip-fraction-high": ("clip_fraction", "COMPARISON_GT", CLIP_FRACTION_CEILING,
+                               ("learningRate", "ppoMiniBatchSize")),
+    }
+    for name, (metric, comparison, threshold, fixes) in expected.items():
+        [condition] = alerts[name]["conditions"]
+        rule = condition["conditionThreshold"]
+        assert _METRIC_TYPE.findall(rule["filter"]) == [scope.metric_type(metrics[metric])], name
+        assert (rule["comparison"], rule["thresholdValue"]) == (comparison, threshold), name
+        [aggregation] = rule["aggregations"]
+        assert aggregation["alignmentPeriod"] == f"{COLLAPSE_MINUTES * 60}s"
+        assert aggregation["groupByFields"] == ["metric.label.run"]
+        text = alerts[name]["documentation"]["content"]
+        assert "starting point" in text, name
+        for fix in fixes:
+            assert f"`{fix}" in text, (name, fix)
+    assert 0 < ENTROPY_FLOOR < 1 and 0 < CLIP_FRACTION_CEILING < 1

@@ -9,13 +9,16 @@ log-based metrics will see.
 
 from __future__ import annotations
 
+import numbers
 import os
+import pprint
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import re2
 import requests
@@ -137,7 +140,12 @@ def test_step_counter_and_label_count_each_runs_steps(shipped):
     assert len(runs) == GOOD_STEPS + FAILED_STEPS
 
 
-@pytest.mark.parametrize("verl_key", list(training_log.TRAINING_VALUES))
+# The keys tests/fakes/verl_trainer.py prints on its step lines; the others (the collapse signs)
+# are checked on verl-format lines built below.
+FAKE_TRAINER_KEYS = ["step", "critic/score/mean", "response_length/mean", "timing_s/step", "perf/throughput"]
+
+
+@pytest.mark.parametrize("verl_key", FAKE_TRAINER_KEYS)
 def test_value_extractors_agree_with_the_job_providers_parser(shipped, verl_key):
     """On every real step line, each value extractor yields the number the GrpoJob provider's
     parser (last_metrics) reads for the same key; a NaN yields nothing."""
@@ -176,6 +184,47 @@ def test_failure_counter_matches_the_failed_run_only(shipped):
     assert any(f"[supervisor-{GOOD}]" in l and "exited with code 0" in l for l in lines)
 
 
+def verl_step_line(step: int, metrics: dict[str, object]) -> str:
+    """A shipped verl step line: verl's console format (verl/utils/logger/aggregate_logger.py
+    concat_dict_to_str at b178a3cd5: `step:N` then `key:pprint.pformat(value)` for numbers,
+    joined by " - "), behind the TaskRunner actor's prefix and the shipper's tag."""
+    parts = [f"step:{step}"] + [f"{k}:{pprint.pformat(v)}" for k, v in metrics.items()
+                                if isinstance(v, numbers.Number)]
+    return f"[job-driver-raysubmit_abc] (TaskRunner pid=77) {' - '.join(parts)}"
+
+
+# Neighbours verl logs with a name that starts like the collapse keys: actor/entropy_loss
+# (verl/workers/utils/losses.py:159), actor/pg_clipfrac_lower (core_algos.py:1248), placed first
+# so that a pattern matching a prefix would take their value.
+COLLAPSE_LINE_METRICS = {
+    "actor/entropy_loss": np.float64(9.5),
+    "actor/pg_clipfrac_lower": np.float64(0.75),
+    "critic/score/mean": np.float64(0.42),
+    "actor/entropy": np.float64(0.0312),
+    "actor/pg_clipfrac": 0.1875,
+    "actor/ppo_kl": np.float64(-1.5e-05),
+}
+
+
+@pytest.mark.parametrize(("verl_key", "expected"), [
+    ("actor/entropy", 0.0312), ("actor/pg_clipfrac", 0.1875),
+])
+def test_collapse_extractors_read_verls_entropy_and_clip_fraction(verl_key, expected):
+    """On a verl-format step line (numpy reprs, lookalike keys before them), the entropy and
+    clip-fraction metrics select the line and extract exactly their value, as the GrpoJob
+    provider's parser reads it; a NaN value yields no number."""
+    metric = METRICS[training_log.TRAINING_VALUES[verl_key][0]]
+    line = verl_step_line(12, COLLAPSE_LINE_METRICS)
+    assert matching([line], metric) == [line]
+    assert re2.search(metric.tag, line).group(1) == "raysubmit_abc"
+    assert re2.compile(metric.value).groups == 1
+    assert float(re2.search(metric.value, line).group(1)) == expected
+    assert last_metrics(line)[verl_key] == expected
+    nan_line = verl_step_line(13, {**COLLAPSE_LINE_METRICS, verl_key: np.float64("nan")})
+    assert matching([nan_line], metric) == [nan_line]
+    assert re2.search(metric.value, nan_line) is None
+
+
 SCOPE = Scope("example-project", "us-central1", "verl", "default")
 
 
@@ -204,3 +253,11 @@ def test_api_fields_carry_the_tested_patterns_verbatim(key):
     else:
         assert extractor is None
     assert len(SCOPE.metric_name(metric)) <= 100
+
+
+def test_every_charted_value_is_checked_on_verl_lines():
+    """Each verl key the stack extracts is checked above: on the fake trainer's real shipped
+    lines, or (the collapse signs, which the fake does not print) on built verl-format lines."""
+    built = {"actor/entropy", "actor/pg_clipfrac"}
+    assert set(FAKE_TRAINER_KEYS) | built == set(training_log.TRAINING_VALUES)
+    assert not set(FAKE_TRAINER_KEYS) & built

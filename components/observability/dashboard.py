@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.observability.log_metrics import VALUE_ALIGNER, VALUE_REDUCER
 from components.observability.scope import Scope
 from components.observability.training_log import TRAINING_VALUES, LogMetric
 
@@ -88,13 +89,13 @@ def _training_widgets(scope: Scope, metrics: dict[str, LogMetric]) -> list[dict[
 
 
 def _log_value_chart(scope: Scope, metric: LogMetric, title: str) -> dict[str, Any]:
-    # ALIGN_MEAN of a distribution is the exact mean of the values logged in the period
-    # (one step line per step, so the step's value), independent of the buckets.
+    # The exact mean of the values logged in the period (one step line per step, so the step's
+    # value), independent of the buckets (log_metrics.VALUE_ALIGNER).
     return _chart(
         title,
         _filter_query(
             f'metric.type="{scope.metric_type(metric)}" resource.type="k8s_container"',
-            aligner="ALIGN_MEAN", reducer="REDUCE_MEAN", group_by=["metric.label.run"],
+            aligner=VALUE_ALIGNER, reducer=VALUE_REDUCER, group_by=["metric.label.run"],
         ),
     )
 

@@ -13,6 +13,18 @@ from components.observability.training_log import Kind, LogMetric
 
 RUN_LABEL = "run"
 
+# How charts and alerts read a value metric (DELTA DISTRIBUTION): ALIGN_DELTA keeps each period's
+# distribution ("valid for CUMULATIVE and DELTA metrics ... value_type of the aligned result is
+# the same as the value_type of the input"), then REDUCE_MEAN by run gives the exact mean of the
+# values logged in the period ("valid for DELTA and GAUGE metrics with numeric or distribution
+# values. The value_type of the output is DOUBLE"). ALIGN_MEAN is documented "for GAUGE and DELTA
+# metrics with numeric values" only, and the API answers 400 on an aligner a DELTA DISTRIBUTION
+# does not take ("The aligner cannot be applied to metrics with kind DELTA and value type
+# DISTRIBUTION", google/exposure-notifications-verification-server#659). Quotes: the Aggregation
+# enums of monitoring.v3.json (google-api-python-client's discovery cache).
+VALUE_ALIGNER = "ALIGN_DELTA"
+VALUE_REDUCER = "REDUCE_MEAN"
+
 
 def entry_filter(scope: Scope, metric: LogMetric) -> str:
     """The log query selecting the entries `metric` counts or extracts from."""

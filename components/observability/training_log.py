@@ -9,8 +9,12 @@ and `tools/curve.py`. The lines are those the log shipper prints (log_shipper.py
 verl's console logger joins one step's metrics as `step:N - key:value - key:value`
 (verl/utils/logger/aggregate_logger.py, concat_dict_to_str); the keys charted here are verl's
 (verl/trainer/ppo/metric_utils.py: `critic/score/mean`, `response_length/mean`,
-`timing_s/step`, `perf/throughput` in tokens/s per GPU). Values may be numpy reprs such as
-`np.float64(0.5)`, and `nan`.
+`timing_s/step`, `perf/throughput` in tokens/s per GPU; at b178a3cd5 `actor/entropy`, the mean
+token entropy of the step's responses, from the old-log-prob pass whatever `entropy_coeff` is
+(ray_trainer.py:1513; the update pass's mean replaces it when the actor computes entropy in
+training, dp_actor.py:636 and ray_trainer.py:1614), and `actor/pg_clipfrac`, the fraction of
+response tokens the PPO clip bounds, averaged over the step's updates (core_algos.py:1246,
+reduce_metrics)). Values may be numpy reprs such as `np.float64(0.5)`, and `nan`.
 
 Every pattern is RE2 syntax (Cloud Logging's `=~` and REGEXP_EXTRACT use RE2:
 cloud.google.com/logging/docs/view/logging-query-language#regular-expressions, and the
@@ -84,10 +88,19 @@ TRAINING_VALUES: dict[str, tuple[str, str]] = {
     "response_length/mean": ("response_length_mean", "Response length (tokens)"),
     "timing_s/step": ("step_time", "Step time (s)"),
     "perf/throughput": ("throughput", "Throughput (tokens/s/GPU)"),
+    # The signs of policy collapse the alerts watch (training_observability.py).
+    "actor/entropy": ("entropy", "Policy entropy (actor/entropy)"),
+    "actor/pg_clipfrac": ("clip_fraction", "PPO clip fraction (actor/pg_clipfrac)"),
 }
 _UNITS = {"timing_s/step": "s", "perf/throughput": "1/s", "response_length/mean": "1"}
-# Rewards live in [-1, 1] for GSM8K-style scorers; small positive buckets resolve them.
-_BUCKETS = {"critic/score/mean": (0.01, 1.25, 64)}
+# Rewards live in [-1, 1] for GSM8K-style scorers; small positive buckets resolve them. Entropy
+# (nats, ~0-2 for an LLM's sampled tokens) and the clip fraction ([0, 1]) need finer ones near
+# zero, where collapse shows: 0.001 * 1.25**k spans 0.001 to ~1.6e3 in 64 buckets.
+_BUCKETS = {
+    "critic/score/mean": (0.01, 1.25, 64),
+    "actor/entropy": (0.001, 1.25, 64),
+    "actor/pg_clipfrac": (0.001, 1.25, 64),
+}
 
 
 def log_metrics() -> list[LogMetric]:

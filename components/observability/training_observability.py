@@ -1,13 +1,15 @@
 """TrainingObservability: log-based training metrics, a dashboard and alerts for one stack.
 
 - One `gcp.logging.Metric` per verl value the dashboard charts (step, reward, response length,
-  step time, throughput: DELTA DISTRIBUTION with a value extractor and a `run` label), and
-  three counters (steps logged, NaN rewards, failed entrypoints), all over the lines the Ray
-  log shipper sidecar prints (log_shipper.py, training_log.py).
+  step time, throughput, policy entropy, PPO clip fraction: DELTA DISTRIBUTION with a value
+  extractor and a `run` label), and three counters (steps logged, NaN rewards, failed
+  entrypoints), all over the lines the Ray log shipper sidecar prints (log_shipper.py,
+  training_log.py).
 - One `gcp.monitoring.Dashboard` (dashboard.py): training metrics per run, GPU utilisation,
   memory and power per node, GPU node count, pod restarts in the namespace, Ray metrics.
-- Four `gcp.monitoring.AlertPolicy`s: the job failed, GPUs idle while the job runs, no new step
-  for `verl-gke:noStepAlertMinutes`, a NaN reward; each notifies
+- Six `gcp.monitoring.AlertPolicy`s: the job failed, GPUs idle while the job runs, no new step
+  for `verl-gke:noStepAlertMinutes`, a NaN reward, and two signs of policy collapse (entropy
+  near zero, a high PPO clip fraction); each notifies
   `verl-gke:alertNotificationChannel` when it is set (without one they still open incidents
   on the console).
 
@@ -35,6 +37,17 @@ from components.options import child_options, fixed_name
 # means the run is stuck (an NCCL hang, a dead rollout worker), not slow.
 IDLE_GPU_PERCENT = 10
 IDLE_GPU_MINUTES = 15
+
+# The signs of policy collapse, over the mean of the steps logged in the last COLLAPSE_MINUTES.
+# Starting points, not measured on this program's models: an instruct model under GRPO starts
+# with a token entropy of a few tenths of a nat and loses it slowly; near zero it samples one
+# answer per prompt, GRPO's group advantages vanish and the run learns nothing. A PPO clip
+# fraction of a few percent is ordinary (the clip bounds only the tokens whose ratio left
+# [1 - eps, 1 + eps]); a fifth of the tokens means each update moves the policy further than the
+# clip range allows. Tune them per model from the dashboard's two charts.
+ENTROPY_FLOOR = 0.05
+CLIP_FRACTION_CEILING = 0.2
+COLLAPSE_MINUTES = 15
 
 
 @dataclass(frozen=True)
@@ -171,14 +184,14 @@ def _log_metric(
 
 
 # The alerts whose conditions filter on log-based metrics (logging.googleapis.com/user/...).
-LOG_METRIC_ALERTS = ("job-failed", "reward-nan", "no-step")
+LOG_METRIC_ALERTS = ("job-failed", "reward-nan", "no-step", "entropy-collapse", "clip-fraction-high")
 
 
 def _alerts(
     name: str, args: TrainingObservabilityArgs, specs: dict[str, LogMetric],
     opts: pulumi.ResourceOptions, log_metric_opts: pulumi.ResourceOptions,
 ) -> dict[str, gcp.monitoring.AlertPolicy]:
-    """The four alert policies; those of LOG_METRIC_ALERTS with `log_metric_opts` (they wait
+    """The six alert policies; those of LOG_METRIC_ALERTS with `log_metric_opts` (they wait
     for the metrics' descriptors), the PromQL one with `opts`."""
     scope = args.scope
     mon = gcp.monitoring
@@ -208,6 +221,32 @@ def _alerts(
                     duration=f"{args.no_step_minutes * 60}s",
                     aggregations=[_sum_per_run()],
                 ),
+            ),
+        ),
+        "entropy-collapse": (
+            "Policy entropy collapsing",
+            f"The mean of actor/entropy over {COLLAPSE_MINUTES} minutes of steps is under "
+            f"{ENTROPY_FLOOR} (a starting point, not a measured limit): the policy has stopped "
+            "exploring and GRPO's group advantages vanish, so further steps learn nothing. Stop "
+            "the job and resume from a checkpoint before the drop (`resumeFrom: "
+            "<run>/global_step_<n>`, the dashboard's entropy chart shows when it began) with a "
+            "lower `learningRate` or a higher `klCoef`.",
+            _mean_beyond(
+                f"Entropy mean < {ENTROPY_FLOOR} over {COLLAPSE_MINUTES} min", scope,
+                specs["entropy"], "COMPARISON_LT", ENTROPY_FLOOR,
+            ),
+        ),
+        "clip-fraction-high": (
+            "PPO clip fraction high",
+            f"The mean of actor/pg_clipfrac over {COLLAPSE_MINUTES} minutes of steps is above "
+            f"{CLIP_FRACTION_CEILING} (a starting point, not a measured limit): each update moves "
+            "the policy further than the PPO clip range allows, the usual precursor of collapse. "
+            "Lower `learningRate`, or raise `ppoMiniBatchSize` (fewer optimizer steps per RL "
+            "step); if the entropy chart has already dropped, resume from an earlier checkpoint "
+            "(`resumeFrom: <run>/global_step_<n>`).",
+            _mean_beyond(
+                f"Clip fraction mean > {CLIP_FRACTION_CEILING} over {COLLAPSE_MINUTES} min", scope,
+                specs["clip_fraction"], "COMPARISON_GT", CLIP_FRACTION_CEILING,
             ),
         ),
         "gpus-idle": (
@@ -289,6 +328,36 @@ def _count_above_zero(
                     alignment_period="60s",
                     per_series_aligner="ALIGN_SUM",
                     cross_series_reducer="REDUCE_SUM",
+                    group_by_fields=["metric.label.run"],
+                )
+            ],
+        ),
+    )
+
+
+def _mean_beyond(
+    display_name: str, scope: Scope, metric: LogMetric, comparison: str, threshold: float
+) -> gcp.monitoring.AlertPolicyConditionArgs:
+    """A run's mean of a value metric over COLLAPSE_MINUTES past `threshold`.
+
+    The alignment period is the window: the alert compares the mean of the step values logged in
+    the last COLLAPSE_MINUTES (a single outlier step is diluted by the others), and fires at the
+    first window past the threshold (duration 0). A window without a step line has no point and
+    does not fire (the no-step alert covers silence).
+    """
+    mon = gcp.monitoring
+    return mon.AlertPolicyConditionArgs(
+        display_name=display_name,
+        condition_threshold=mon.AlertPolicyConditionConditionThresholdArgs(
+            filter=_user_metric(scope, metric),
+            comparison=comparison,
+            threshold_value=threshold,
+            duration="0s",
+            aggregations=[
+                mon.AlertPolicyConditionConditionThresholdAggregationArgs(
+                    alignment_period=f"{COLLAPSE_MINUTES * 60}s",
+                    per_series_aligner=log_metrics.VALUE_ALIGNER,
+                    cross_series_reducer=log_metrics.VALUE_REDUCER,
                     group_by_fields=["metric.label.run"],
                 )
             ],
