@@ -137,11 +137,14 @@ def test_a_disabled_api_is_the_one_message_even_when_the_reads_it_serves_fail():
         ENGINE_VERSIONS: _failing("Kubernetes Engine API has not been used in project example-project"),
     }
     error, recording = _run_failing("a4", invokes=invokes)
-    assert error.problems == [
+    [problem] = error.problems
+    assert problem.startswith(
         "gcp:project = 'example-project' has 1 API(s) this stack needs turned off "
         "(container.googleapis.com: the GKE cluster): run `gcloud services enable "
         "container.googleapis.com --project example-project`, then preview again"
-    ]
+    )
+    # The plan's example project is named as such (config.py's example-value note).
+    assert "is the offline plan's example value, not yours" in problem
     assert recording.resources == []
 
 
