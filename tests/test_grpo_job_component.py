@@ -8,7 +8,7 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components.ray import grpo_job
+from components.ray import grpo_job, job_provider
 from components.schema import run as grpo_run
 from components.ray.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
 from components.schema.run import GrpoRunConfig
@@ -49,7 +49,7 @@ def test_registers_the_run_under_the_component_with_the_exact_entrypoint():
     expected = grpo_run.entrypoint(GrpoRunConfig(), profile("a3u"), 2)
     assert inputs["entrypoint"] == expected
     assert inputs["runtime_env"] == grpo_run.runtime_env(profile("a3u"), 2)
-    assert inputs["wait_for"] == "running" and inputs["timeout_s"] == 30 * 60
+    assert inputs["wait_for"] == "first-step" and inputs["timeout_s"] == 45 * 60
     assert inputs["version"] == PROVIDER_VERSION
     assert recording.outputs["entrypoint"] == expected
     assert recording.outputs["submission_id"] == inputs["submission_id"]
@@ -103,7 +103,7 @@ class _LogsUnreadable:
     """A job whose status Ray reports but whose log cannot be fetched in time."""
 
     submission_id = "verl-gke-a4-grpo-0123456789ab"
-    policy = grpo_job.RequestPolicy()
+    policy = job_provider.RequestPolicy()
 
     def log_tail(self, lines: int, info: dict | None = None) -> str:
         raise RayAccessError("GET /api/v0/logs/file timed out after 15 s")
@@ -114,7 +114,7 @@ def test_refresh_keeps_the_last_metrics_when_the_log_cannot_be_read():
     previous metrics snapshot is kept."""
     previous = {"step": 41.0, "critic/score/mean": 0.62}
     info = {"status": "RUNNING", "start_time": 1_700_000_000_000}
-    observed = grpo_job._observed(_LogsUnreadable(), info, {"metrics": previous})
+    observed = job_provider._observed(_LogsUnreadable(), info, {"metrics": previous})
     assert observed["status"] == "RUNNING"
     assert observed["metrics"] == previous
     assert observed["start_time"] == "2023-11-14T22:13:20+00:00"

@@ -70,13 +70,16 @@ def overrides_for(target: str, run: GrpoRunConfig | None = None, nodes: int | No
 )
 def test_defaults_are_the_tutorials_overrides_plus_the_runs_own_checkpoints(target, expected):
     """An empty `verl-gke:job` gives exactly the tutorial's overrides for the target, except
-    that it checkpoints to the run's own directory outside the staged source tree, and resumes
-    from it with trainer.resume_mode=auto, which the tutorial lacks (ANCHORS defect 6)."""
+    that it checkpoints to the run's own directory outside the staged source tree, resumes
+    from it with trainer.resume_mode=auto, which the tutorial lacks (ANCHORS defect 6), and
+    keeps its last keepCheckpoints (2) checkpoints (issue 18.5)."""
     overrides = overrides_for(target)
     own = overrides.pop("trainer.default_local_dir")
     gpus = int(expected["trainer.nnodes"]) * int(expected["trainer.n_gpus_per_node"])
     assert re.fullmatch(rf"/checkpoint-bucket/checkpoints/grpo-{gpus}gpu-[0-9a-f]{{12}}", own)
-    assert overrides == {**expected, "trainer.resume_mode": "auto"}
+    assert overrides == {
+        **expected, "trainer.resume_mode": "auto", "trainer.max_actor_ckpt_to_keep": "2",
+    }
 
 
 def test_overrides_keep_the_tutorials_order_with_extras_last():
@@ -84,8 +87,9 @@ def test_overrides_keep_the_tutorials_order_with_extras_last():
     run = GrpoRunConfig(extra_overrides={"actor_rollout_ref.actor.entropy_coeff": 0})
     keys = list(overrides_for("a4x", run))
     assert keys[0] == "algorithm.adv_estimator"
-    assert keys[-3:] == [
-        "trainer.default_local_dir", "trainer.resume_mode", "actor_rollout_ref.actor.entropy_coeff",
+    assert keys[-4:] == [
+        "trainer.default_local_dir", "trainer.resume_mode", "trainer.max_actor_ckpt_to_keep",
+        "actor_rollout_ref.actor.entropy_coeff",
     ]
 
 
@@ -162,9 +166,10 @@ def test_dashboard_address_must_be_a_url():
         GrpoRunConfig.model_validate({"dashboardAddress": "ray:8265"})
 
 
-def test_wait_for_defaults_to_running():
-    """`pulumi up` follows the job until it runs, not for the hours of training."""
-    assert GrpoRunConfig().wait_for is WaitFor.RUNNING
+def test_wait_for_defaults_to_the_first_step():
+    """`pulumi up` follows the job until verl has trained a step (issue 18.1), not for the
+    hours of training, and not only until Ray has started the driver."""
+    assert GrpoRunConfig().wait_for is WaitFor.FIRST_STEP
 
 
 def test_entrypoint_is_the_tutorials_command_with_quoted_arguments():
@@ -172,9 +177,8 @@ def test_entrypoint_is_the_tutorials_command_with_quoted_arguments():
     hw = profile("a4")
     run = GrpoRunConfig(extra_overrides={"trainer.experiment_name": "my run; rm -rf /"})
     command = entrypoint(run, hw, 2)
-    assert command.startswith(
-        "cd /data/verl && PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo "
-    )
+    assert command.startswith("cd /data/verl && for s in $(ls -d /checkpoint-bucket/")
+    assert "; PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo " in command
     arguments = shlex.split(command.split("main_ppo ", 1)[1])
     assert arguments == [f"{k}={v}" for k, v in hydra_overrides(run, hw, 2).items()]
 

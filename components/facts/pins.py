@@ -82,3 +82,13 @@ STAGING_MODEL_REVISION = "5ede1c97bbab6ce5cda5812749b4c0bdf79b18dd"
 # dependency set at run time; the amd64 training image already has them, plus git and hf_transfer
 # (its base, vllm/vllm-openai, installs both), and it is the image a4 / a3u training pulls anyway.
 STAGING_IMAGE = VERL_IMAGES[Arch.AMD64]
+
+# --- RunSupervisor (components/ray/supervision.py) ---
+# The supervisor's image: the Docker official Python image. Its script uses the standard library
+# only (urllib, json, ssl), so nothing beyond the interpreter is needed, and a ~50 MB slim image
+# starts in seconds on the system pool every tick instead of the ~25 GB verl image. An exact
+# patch release on a fixed Debian release (3.12.8, bookworm), not `3` or `slim`, so a tick runs
+# the same interpreter every time; multi-arch (amd64 and arm64). Pulled through the stack's
+# Docker Hub mirror (components/registry/image_mirror.py). Tag, not digest, for the reason given
+# at VERL_IMAGES.
+SUPERVISOR_IMAGE = "python:3.12.8-slim-bookworm"

@@ -45,7 +45,7 @@ from components.facts.layout import (
 )
 from components.messages import quoted
 from components.schema.hydra_overrides import PROTECTED_KEYS, override_problems, override_text
-from components.schema.lifecycle import RunLifecycle, WaitFor
+from components.schema.lifecycle import RunLifecycle, WaitFor, prune_command
 
 CONFIG_KEY = "verl-gke:job"
 # The bucket is mounted at /data in every Ray pod (GcsFuseStorage); each run checkpoints to its
@@ -361,6 +361,9 @@ def hydra_overrides(
         if values[field] is not None
     }
     overrides.update(_checkpoint_overrides(run, profile, nodes, model_revision))
+    # verl prunes what this process saved (checkpoint_manager.py ensure_checkpoint_capacity);
+    # the entrypoint's prune_command covers earlier attempts (lifecycle.py).
+    overrides["trainer.max_actor_ckpt_to_keep"] = str(run.keep_checkpoints)
     overrides.update({key: _hydra_value(value) for key, value in run.extra_overrides.items()})
     return overrides
 
@@ -387,9 +390,9 @@ def entrypoint(
     """The exact shell command Ray runs on the head: the tutorial's, each argument quoted."""
     overrides = hydra_overrides(run, profile, nodes, model_revision)
     arguments = " ".join(_shell_argument(key, value) for key, value in overrides.items())
-    prelude = ""
+    prelude = prune_command(overrides["trainer.default_local_dir"], run.keep_checkpoints) + "; "
     if run.resume_from is not None:
-        prelude = _resume_choice(overrides["trainer.default_local_dir"], run.resume_from) + " && "
+        prelude += _resume_choice(overrides["trainer.default_local_dir"], run.resume_from) + " && "
     return (
         f"cd {VERL_DIR} && {prelude}PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo "
         f"{arguments}"

@@ -1,0 +1,77 @@
+"""The model export: verl's merger on the run's last checkpoint, as a Ray job on a GPU worker.
+
+A Ray job that requests no entrypoint resources runs on the head (Ray docs, Key Concepts: the
+head "runs ... the Ray driver processes"; ray-project/ray#42436), whose 32 GB the merger
+overflows for the 32B model (TRAINING-REVIEW.md finding 1). So the export asks for one GPU and
+the memory the merger needs, which only a GPU worker has: it runs there, reads the shards
+through that worker's GCS FUSE cache on its local SSDs, and never touches the system node's
+boot disk. The need is computed from the model's size and checked against the worker before
+the run starts (`memory_problems`).
+
+Both the provider and the supervisor submit it under `<run id>-export` (protocol.py): once per
+run, adopted by whoever comes second.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from components.facts.hardware import HardwareProfile
+
+# Parameters of the default model, Qwen2.5-32B-Instruct: 32.8e9, from its fp32 shard size,
+# 8.2 GB per rank x 16 ranks at 4 bytes a parameter (TRAINING-REVIEW.md, memory arithmetic).
+# TODO(issue 19): take the count from components/facts/models.py once that lands on main.
+DEFAULT_MODEL_PARAMETERS = 32.8e9
+# verl's merger loads every rank's fp32 shard at once (verl/model_merger/fsdp_model_merger.py
+# :148-157 at b178a3cd5) plus rank 0's again (:89-94): 4 bytes a parameter, (1 + 1/world) times.
+# The bf16 copy (:163-181) and model.to_empty (base_model_merger.py:294-306) come after the
+# shards are freed and peak lower (2 + 2 bytes a parameter). A quarter more for the interpreter,
+# the allocator and torch's own buffers: an estimate, not a measurement.
+_FP32_BYTES = 4
+_HEADROOM = 1.25
+# Ray gives a node's memory minus its object store to tasks and jobs; the object store takes
+# 30% of the memory, at most 200 GB (ray/_private/ray_constants.py
+# DEFAULT_OBJECT_STORE_MEMORY_PROPORTION, DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES, Ray 2.47).
+_OBJECT_STORE_SHARE, _OBJECT_STORE_MAX = 0.3, 200e9
+_UNITS = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def memory_need(parameters: float, world_size: int) -> int:
+    """Bytes the merger needs at its peak for a model of `parameters` saved by `world_size`."""
+    return math.ceil(parameters * _FP32_BYTES * (1 + 1 / world_size) * _HEADROOM)
+
+
+def ray_memory(profile: HardwareProfile) -> int:
+    """Bytes of Ray's `memory` resource on one GPU worker pod."""
+    total = quantity(profile.worker.memory)
+    return int(total - min(total * _OBJECT_STORE_SHARE, _OBJECT_STORE_MAX))
+
+
+def resources(parameters: float, world_size: int) -> dict[str, float | int]:
+    """The export job's entrypoint resources: one GPU and the merger's memory."""
+    return {"entrypoint_num_gpus": 1, "entrypoint_memory": memory_need(parameters, world_size)}
+
+
+def memory_problems(
+    profile: HardwareProfile, parameters: float, world_size: int, key: str
+) -> list[str]:
+    """Why the export could not be scheduled on a GPU worker of this target; [] if it can."""
+    need, have = memory_need(parameters, world_size), ray_memory(profile)
+    if need <= have:
+        return []
+    return [
+        f"{key}=true: merging a {parameters / 1e9:.1f}B-parameter model saved by {world_size} "
+        f"GPUs needs ~{need / 1e9:.0f} GB of RAM (an estimate), but Ray offers "
+        f"{have / 1e9:.0f} GB on a {profile.machine_type} worker: set {key} to false and merge "
+        "the checkpoint elsewhere"
+    ]
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity such as 2800Gi or 32G, in bytes."""
+    match = re.fullmatch(r"([0-9.]+)([kMGT]i?|)", text)
+    if match is None:
+        raise ValueError(f"not a memory quantity: {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
