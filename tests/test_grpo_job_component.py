@@ -8,7 +8,7 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components.ray import grpo_job, job_provider
+from components.ray import export, grpo_job, job_provider
 from components.schema import run as grpo_run
 from components.ray.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
 from components.schema.run import GrpoRunConfig
@@ -118,3 +118,35 @@ def test_refresh_keeps_the_last_metrics_when_the_log_cannot_be_read():
     assert observed["status"] == "RUNNING"
     assert observed["metrics"] == previous
     assert observed["start_time"] == "2023-11-14T22:13:20+00:00"
+
+
+def test_the_export_asks_for_a_gpu_worker_and_the_mergers_memory():
+    """The export is submitted with entrypoint resources, so Ray never runs it on the head:
+    one GPU and the merger's memory for the model saved by the run's 16 GPUs; the supervisor
+    submits exactly the same."""
+    recording, run = render(GrpoRunConfig())
+    resources = run.plain_inputs["export_resources"]
+    assert resources == {"entrypoint_num_gpus": 1,
+                         "entrypoint_memory": export.memory_need(32.8e9, 16)}
+    assert 170e9 < resources["entrypoint_memory"] < 180e9  # ~140 GB peak, a quarter more
+    _, without = render(GrpoRunConfig(export_model=False))
+    assert without.plain_inputs.get("export_resources") is None  # None inputs are dropped
+
+
+def test_an_export_that_cannot_fit_a_worker_is_refused_before_anything_is_created():
+    """The merger's need is checked against Ray's memory on one GPU worker: a model too large
+    for it fails construction, naming the key, the numbers and the fix."""
+    problems = export.memory_problems(profile("a4x"), 400e9, 16, "verl-gke:job.exportModel")
+    assert len(problems) == 1
+    assert "verl-gke:job.exportModel=true" in problems[0]
+    assert "400.0B-parameter" in problems[0] and "set verl-gke:job.exportModel to false" in problems[0]
+    for target in ("a4", "a3u", "a4x"):  # the default model fits every target
+        assert export.memory_problems(profile(target), 32.8e9, 16, "k") == []
+    with pytest.raises(ValueError, match="exportModel=true"):
+        def program():
+            GrpoJob("job", GrpoJobArgs(
+                run=GrpoRunConfig(), profile=profile("a4x"), nodes=4,
+                checkpoint_uri="gs://b/checkpoints", namespace="verl", head_service="svc",
+                kubeconfig=pulumi.Output.secret(KUBECONFIG), model_parameters=400e9,
+            ))
+        mockrun.run(program, stack="test")

@@ -16,8 +16,14 @@ from __future__ import annotations
 
 import math
 import re
+import time
+from typing import Any
 
 from components.facts.hardware import HardwareProfile
+from components.ray import protocol
+from components.ray.following import Progress, log_tail, poll
+from components.ray.protocol import RESUBMITTABLE, TERMINAL, Submission
+from components.ray.ray_access import RayAccessError, RayJobs, RequestPolicy
 
 # Parameters of the default model, Qwen2.5-32B-Instruct: 32.8e9, from its fp32 shard size,
 # 8.2 GB per rank x 16 ranks at 4 bytes a parameter (TRAINING-REVIEW.md, memory arithmetic).
@@ -75,3 +81,64 @@ def quantity(text: str) -> float:
     if match is None:
         raise ValueError(f"not a memory quantity: {text!r}")
     return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+# --- Running it ------------------------------------------------------------------------
+
+
+def export_pending(olds: dict[str, Any], news: dict[str, Any]) -> bool:
+    """The run SUCCEEDED, an export is wanted and has not succeeded yet."""
+    return (
+        olds.get("status") == "SUCCEEDED"
+        and bool(news.get("export_entrypoint"))
+        and olds.get("export_status") != "SUCCEEDED"
+    )
+
+
+def export_id(submission_id: str) -> str:
+    return f"{submission_id}{protocol.EXPORT_SUFFIX}"
+
+
+def export_status(jobs: RayJobs, props: dict[str, Any]) -> str | None:
+    """The export job's status in Ray, or what the state last said if Ray has no record."""
+    if not props.get("export_entrypoint"):
+        return None
+    info = RayJobs(jobs.dashboard, export_id(jobs.submission_id), jobs.policy).info()
+    return info["status"] if info else props.get("export_status")
+
+
+def export_submission(props: dict[str, Any]) -> Submission:
+    """The export job as submitted by the provider and the supervisor alike."""
+    return Submission(
+        props["export_entrypoint"], props["runtime_env"],
+        {**props["metadata"], protocol.ROLE_KEY: "model-export"},
+        props.get("export_resources") or None,
+    )
+
+
+def run_export(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: Progress) -> str:
+    """Run verl's model merger on the run's last checkpoint as a Ray job, once per run.
+
+    Its submission id is the run's with `-export`: a retried `pulumi up` or the supervisor
+    adopts it, a FAILED one is submitted again (the merger writes to a scratch directory and
+    renames it into place). It requests a GPU and the merger's memory (components/ray/export.py).
+    """
+    export = RayJobs(jobs.dashboard, export_id(jobs.submission_id), policy)
+    job = export_submission(props)
+    progress.say(f"SUCCEEDED; exporting the model to {props.get('model_uri') or 'the run dir'}")
+    if not protocol.submit_first(export, job):
+        info = export.info() or {}
+        if info.get("status") in RESUBMITTABLE:
+            protocol.resubmit(export, job, info, f"export {info['status']}", progress.say,
+                              policy.stop_timeout_s, policy.poll_min_s)
+    deadline = time.monotonic() + props["timeout_s"]
+    info = poll(export, TERMINAL, deadline, policy)
+    if info["status"] != "SUCCEEDED":
+        raise RayAccessError(
+            f"the run SUCCEEDED, but {export.where()} exporting its model ended "
+            f"{info['status']} ({info.get('message')}). Last log lines:\n"
+            f"{log_tail(export, info)}\nThe checkpoints are intact; fix the cause, then run "
+            "`pulumi up --refresh` to export again, or set verl-gke:job.exportModel to false"
+        )
+    progress.say(f"model exported to {props.get('model_uri')}")
+    return info["status"]

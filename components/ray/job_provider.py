@@ -29,7 +29,6 @@ pulumi-resource-pulumi-python from the hiding applied to other providers' output
 
 from __future__ import annotations
 
-import datetime
 import time
 from typing import Any, Callable
 
@@ -37,8 +36,9 @@ import pulumi
 import pulumi.dynamic as dynamic
 from pulumi.runtime import rpc
 
-from components.ray import protocol
-from components.ray.kube import ClusterState, open_cluster
+from components.ray import export, protocol
+from components.ray.following import Progress, iso, log_tail, poll, short, tail_metrics
+from components.ray.kube import open_cluster
 from components.ray.protocol import RESUBMITTABLE, TERMINAL, Submission, last_metrics
 from components.ray.ray_access import (
     RayAccessError,
@@ -122,7 +122,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         # A refresh found the job FAILED or STOPPED (update resubmits it), or SUCCEEDED without
         # its model exported (update exports it); see check. A released run is neither.
         resubmit = olds.get("status") in RESUBMITTABLE
-        export = _export_pending(olds, news)
+        export = export.export_pending(olds, news)
         return dynamic.DiffResult(
             changes=bool(changed) or resubmit or export,
             replaces=[key for key in changed if key in REPLACE_KEYS],
@@ -161,7 +161,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                     return dynamic.ReadResult("", {})  # gone from Ray: drop it from the stack
                 observed = _observed(jobs, info, props)
                 observed["export_status"] = (
-                    _export_status(jobs, props) if info["status"] == "SUCCEEDED"
+                    export.export_status(jobs, props) if info["status"] == "SUCCEEDED"
                     else props.get("export_status")
                 )
                 outs = {**props, **observed}
@@ -203,7 +203,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         outs["first_step_s"] = progress.first_step_s or props.get("first_step_s")
         outs["export_status"] = props.get("export_status")
         if info["status"] == "SUCCEEDED" and props.get("export_entrypoint"):
-            outs["export_status"] = _export(jobs, props, self.policy, progress)
+            outs["export_status"] = export.run_export(jobs, props, self.policy, progress)
         return outs
 
     def _end(self, jobs: RayJobs) -> None:
@@ -211,7 +211,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         STOPPED record: the supervisor resubmits only a record it finds (protocol.py). A record
         that reappears right after (a supervisor tick that was resubmitting at that moment)
         is ended again; a SUCCEEDED record is kept."""
-        for one in (jobs, RayJobs(jobs.dashboard, _export_id(jobs.submission_id), self.policy)):
+        for one in (jobs, RayJobs(jobs.dashboard, export.export_id(jobs.submission_id), self.policy)):
             for _ in range(3):
                 info = one.info()
                 if info is None or info["status"] == "SUCCEEDED":
@@ -258,124 +258,12 @@ def _from_record(record: dict[str, Any], props: dict[str, Any]) -> dict[str, Any
 
 def _job_state(observed: dict[str, Any]) -> str:
     """What a refresh records for the next preview: why update would act, or "" for nothing."""
-    if _export_pending(observed, observed):
+    if export.export_pending(observed, observed):
         return _NOT_EXPORTED
     if observed["status"] not in RESUBMITTABLE:
         return ""
     step = (observed.get("metrics") or {}).get("step")
     return protocol.failure(observed, step)
-
-
-class Progress:
-    """Status and phase changes as they happen; otherwise one line per `progress_every_s` with
-    the time waited and the latest metrics. Only status, phases, times and parsed numbers are
-    printed, never a raw log line (a log can hold anything, secrets included)."""
-
-    def __init__(self, jobs: RayJobs, policy: RequestPolicy, say: Callable[[str], None]) -> None:
-        self._jobs, self._policy, self._say = jobs, policy, say
-        self._started = time.monotonic()
-        self._status: str | None = None
-        self._phase = 0
-        self._next = self._started + policy.progress_every_s
-        self.first_step_s: float | None = None
-
-    def say(self, text: str) -> None:
-        self._say(f"{self._jobs.submission_id}: {text}")
-
-    def seen(self, info: dict[str, Any], log: str | None = None) -> None:
-        """One poll's finding; `log` is the log's tail when it was read for this poll."""
-        now = time.monotonic()
-        status = info["status"]
-        if status != self._status:
-            self._status = status
-            what = "driver started" if status == "RUNNING" else status
-            self.say(f"{what} after {_duration(now - self._started)}")
-            self._next = now + self._policy.progress_every_s
-        if log is not None:
-            reached = protocol.phase(log)
-            for name, _ in protocol.PHASES[self._phase:reached]:
-                self.say(f"{name} after {_duration(now - self._started)}")
-            self._phase = max(self._phase, reached)
-            if self.first_step_s is None and (metrics := last_metrics(log)):
-                start = info.get("start_time")
-                self.first_step_s = round(time.time() - start / 1000, 1) if start else None
-                shown = _shown(metrics)
-                self.say(f"first step after {_duration(now - self._started)}; {shown}")
-                self._next = now + self._policy.progress_every_s
-        if now >= self._next:
-            metrics = last_metrics(log) if log is not None else _metrics(
-                self._jobs, None, self._policy, info) or {}
-            shown = _shown(metrics)
-            self.say(f"{status}, {_duration(now - self._started)} waited"
-                     + (f"; {shown}" if shown else ""))
-            self._next = now + self._policy.progress_every_s
-
-
-def _shown(metrics: dict[str, float]) -> str:
-    return " ".join(f"{key}={value:g}" for key, value in list(metrics.items())[:6])
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
-
-
-def _export_pending(olds: dict[str, Any], news: dict[str, Any]) -> bool:
-    """The run SUCCEEDED, an export is wanted and has not succeeded yet."""
-    return (
-        olds.get("status") == "SUCCEEDED"
-        and bool(news.get("export_entrypoint"))
-        and olds.get("export_status") != "SUCCEEDED"
-    )
-
-
-def _export_id(submission_id: str) -> str:
-    return f"{submission_id}{protocol.EXPORT_SUFFIX}"
-
-
-def _export_status(jobs: RayJobs, props: dict[str, Any]) -> str | None:
-    """The export job's status in Ray, or what the state last said if Ray has no record."""
-    if not props.get("export_entrypoint"):
-        return None
-    info = RayJobs(jobs.dashboard, _export_id(jobs.submission_id), jobs.policy).info()
-    return info["status"] if info else props.get("export_status")
-
-
-def export_submission(props: dict[str, Any]) -> Submission:
-    """The export job as submitted by the provider and the supervisor alike."""
-    return Submission(
-        props["export_entrypoint"], props["runtime_env"],
-        {**props["metadata"], protocol.ROLE_KEY: "model-export"},
-        props.get("export_resources") or None,
-    )
-
-
-def _export(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: Progress) -> str:
-    """Run verl's model merger on the run's last checkpoint as a Ray job, once per run.
-
-    Its submission id is the run's with `-export`: a retried `pulumi up` or the supervisor
-    adopts it, a FAILED one is submitted again (the merger writes to a scratch directory and
-    renames it into place). It requests a GPU and the merger's memory (components/ray/export.py).
-    """
-    export = RayJobs(jobs.dashboard, _export_id(jobs.submission_id), policy)
-    job = export_submission(props)
-    progress.say(f"SUCCEEDED; exporting the model to {props.get('model_uri') or 'the run dir'}")
-    if not protocol.submit_first(export, job):
-        info = export.info() or {}
-        if info.get("status") in RESUBMITTABLE:
-            protocol.resubmit(export, job, info, f"export {info['status']}", progress.say,
-                              policy.stop_timeout_s, policy.poll_min_s)
-    deadline = time.monotonic() + props["timeout_s"]
-    info = poll(export, TERMINAL, deadline, policy)
-    if info["status"] != "SUCCEEDED":
-        raise RayAccessError(
-            f"the run SUCCEEDED, but {export.where()} exporting its model ended "
-            f"{info['status']} ({info.get('message')}). Last log lines:\n"
-            f"{_log_tail(export, info)}\nThe checkpoints are intact; fix the cause, then run "
-            "`pulumi up --refresh` to export again, or set verl-gke:job.exportModel to false"
-        )
-    progress.say(f"model exported to {props.get('model_uri')}")
-    return info["status"]
 
 
 def _input_problems(news: dict[str, Any]) -> list[tuple[str, str]]:
@@ -437,7 +325,7 @@ def _resubmit(jobs: RayJobs, props: dict[str, Any], info: dict, progress: Progre
 
 
 def _observed_status(jobs: RayJobs, info: dict) -> dict[str, Any]:
-    return {"status": info["status"], "metrics": _metrics(jobs, None, jobs.policy, info)}
+    return {"status": info["status"], "metrics": tail_metrics(jobs, None, jobs.policy, info)}
 
 
 def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) -> None:
@@ -452,7 +340,7 @@ def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) ->
         return
     others = [
         job for job in jobs.live_jobs(mine)
-        if job.get("submission_id") not in (jobs.submission_id, _export_id(jobs.submission_id))
+        if job.get("submission_id") not in (jobs.submission_id, export.export_id(jobs.submission_id))
     ]
     deadline = time.monotonic() + jobs.policy.stop_timeout_s
     for job in others:
@@ -498,16 +386,11 @@ def _wait(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress:
         attempts = protocol.attempt(info)
         spent = f" after {attempts} of {budget} retries" if budget else ""
         raise RayAccessError(
-            f"{jobs.where()} ended {info['status']}{spent} ({_short(info.get('message'))}) "
-            f"before reaching {wait_for.value}. Last log lines:\n{_log_tail(jobs, info)}\n"
+            f"{jobs.where()} ended {info['status']}{spent} ({short(info.get('message'))}) "
+            f"before reaching {wait_for.value}. Last log lines:\n{log_tail(jobs, info)}\n"
             "Fix the cause, then run `pulumi up --refresh`: it submits the job again under the "
             "same id and verl resumes from the run's last checkpoint"
         )
-
-
-def _short(message: str | None) -> str:
-    """Ray's status message without the log lines it quotes (they are printed apart)."""
-    return (message or "").split("\n", 1)[0][:300]
 
 
 def _poll_target(
@@ -531,54 +414,14 @@ def _poll_target(
     return poll(jobs, frozenset(), deadline, policy, seen, until=done)
 
 
-def poll(
-    jobs: RayJobs,
-    statuses: frozenset[str],
-    deadline: float,
-    policy: RequestPolicy,
-    seen: Callable[[dict], None] | None = None,
-    until: Callable[[dict], bool] | None = None,
-) -> dict:
-    """Poll the job until its status is one of `statuses` (or `until` holds), at most 10% after
-    it got there. A record missing for a moment is being resubmitted (protocol.py); missing for
-    longer than protocol.GAP_S it is gone."""
-    started = time.monotonic()
-    missing_since: float | None = None
-    while True:
-        info = jobs.info()
-        now = time.monotonic()
-        if info is None:
-            missing_since = missing_since or now
-            if now - missing_since > protocol.GAP_S:
-                raise RayAccessError(
-                    f"{jobs.where()} no longer exists in Ray (was the head restarted?); run "
-                    "`pulumi refresh` and then `pulumi up` to submit it again"
-                )
-            time.sleep(policy.poll_min_s)
-            continue
-        missing_since = None
-        if seen is not None:
-            seen(info)
-        if info["status"] in statuses or (until is not None and until(info)):
-            return info
-        interval = min(max(policy.poll_min_s, (now - started) / 10), policy.poll_max_s)
-        if now + interval > deadline:
-            raise RayAccessError(
-                f"{jobs.where()} is still {info['status']} at the deadline; it was left as it "
-                "is: run `pulumi up` again to keep waiting (it adopts the job), or raise "
-                "verl-gke:job.timeoutMinutes"
-            )
-        time.sleep(interval)
-
-
 def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
     metadata = info.get("metadata") or {}
-    metrics = _metrics(jobs, props.get("metrics"), jobs.policy, info)
+    metrics = tail_metrics(jobs, props.get("metrics"), jobs.policy, info)
     return {
         "status": info["status"],
-        "message": _short(info.get("message")),
-        "start_time": _iso(info.get("start_time")),
-        "end_time": _iso(info.get("end_time")),
+        "message": short(info.get("message")),
+        "start_time": iso(info.get("start_time")),
+        "end_time": iso(info.get("end_time")),
         "dashboard_path": f"/#/jobs/{jobs.submission_id}",
         "metrics": metrics,
         "attempts": protocol.attempt(info) + 1,
@@ -588,31 +431,3 @@ def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any]) -> dic
     }
 
 
-def _metrics(
-    jobs: RayJobs, previous: dict[str, float] | None, policy: RequestPolicy, info: dict
-) -> dict[str, float] | None:
-    """The last metric line of the log's tail; the previous snapshot if it cannot be read.
-
-    Only the tail is read (RayJobs.log_tail), so refresh costs the same after days of NCCL INFO
-    lines as after a minute. The job's status must still be reported when the log is unreadable.
-    """
-    try:
-        metrics = last_metrics(jobs.log_tail(policy.log_tail_lines, info))
-    except RayAccessError as error:
-        pulumi.log.warn(f"metrics not refreshed, keeping the last ones: {error}")
-        return previous
-    return metrics or previous
-
-
-def _iso(epoch_ms: int | None) -> str | None:
-    if not epoch_ms:
-        return None
-    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, tz=datetime.timezone.utc)
-    return moment.isoformat(timespec="seconds")
-
-
-def _log_tail(jobs: RayJobs, info: dict, lines: int = 20) -> str:
-    try:
-        return "\n".join(jobs.log_tail(lines, info).splitlines()[-lines:])
-    except RayAccessError as error:
-        return f"(log unavailable: {error})"
