@@ -13,6 +13,7 @@ from components.schema import run as grpo_run
 from components.ray.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
 from components.schema.run import GrpoRunConfig
 from components.facts.hardware import profile
+from components.facts.models import DEFAULT_MODEL
 from components.ray.ray_access import RayAccessError
 from tools import mockrun
 
@@ -127,7 +128,7 @@ def test_the_export_asks_for_a_gpu_worker_and_the_mergers_memory():
     recording, run = render(GrpoRunConfig())
     resources = run.plain_inputs["export_resources"]
     assert resources == {"entrypoint_num_gpus": 1,
-                         "entrypoint_memory": export.memory_need(32.8e9, 16)}
+                         "entrypoint_memory": export.memory_need(DEFAULT_MODEL.parameter_count, 16)}
     assert 170e9 < resources["entrypoint_memory"] < 180e9  # ~140 GB peak, a quarter more
     _, without = render(GrpoRunConfig(export_model=False))
     assert without.plain_inputs.get("export_resources") is None  # None inputs are dropped
@@ -139,7 +140,8 @@ def test_an_export_that_cannot_fit_a_worker_is_refused_before_anything_is_create
     problems = export.memory_problems(profile("a4x"), 400e9, 16, "verl-gke:job.exportModel")
     assert len(problems) == 1
     assert "verl-gke:job.exportModel=true" in problems[0]
-    assert "400.0B-parameter" in problems[0] and "set verl-gke:job.exportModel to false" in problems[0]
+    assert "400.0B-parameter" in problems[0]
+    assert "set verl-gke:job.exportModel to false" in problems[0]
     for target in ("a4", "a3u", "a4x"):  # the default model fits every target
         assert export.memory_problems(profile(target), 32.8e9, 16, "k") == []
     with pytest.raises(ValueError, match="exportModel=true"):

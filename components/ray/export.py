@@ -20,15 +20,14 @@ import time
 from typing import Any
 
 from components.facts.hardware import HardwareProfile
+from components.facts.models import DEFAULT_MODEL
 from components.ray import protocol
 from components.ray.following import Progress, log_tail, poll
 from components.ray.protocol import RESUBMITTABLE, TERMINAL, Submission
 from components.ray.ray_access import RayAccessError, RayJobs, RequestPolicy
 
-# Parameters of the default model, Qwen2.5-32B-Instruct: 32.8e9, from its fp32 shard size,
-# 8.2 GB per rank x 16 ranks at 4 bytes a parameter (TRAINING-REVIEW.md, memory arithmetic).
-# TODO(issue 19): take the count from components/facts/models.py once that lands on main.
-DEFAULT_MODEL_PARAMETERS = 32.8e9
+# Parameters of the default model (Qwen2.5-32B-Instruct), computed from its shape.
+DEFAULT_MODEL_PARAMETERS = DEFAULT_MODEL.parameter_count
 # verl's merger loads every rank's fp32 shard at once (verl/model_merger/fsdp_model_merger.py
 # :148-157 at b178a3cd5) plus rank 0's again (:89-94): 4 bytes a parameter, (1 + 1/world) times.
 # The bf16 copy (:163-181) and model.to_empty (base_model_merger.py:294-306) come after the
@@ -116,7 +115,9 @@ def export_submission(props: dict[str, Any]) -> Submission:
     )
 
 
-def run_export(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: Progress) -> str:
+def run_export(
+    jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: Progress
+) -> str:
     """Run verl's model merger on the run's last checkpoint as a Ray job, once per run.
 
     Its submission id is the run's with `-export`: a retried `pulumi up` or the supervisor

@@ -122,9 +122,9 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         # A refresh found the job FAILED or STOPPED (update resubmits it), or SUCCEEDED without
         # its model exported (update exports it); see check. A released run is neither.
         resubmit = olds.get("status") in RESUBMITTABLE
-        export = export.export_pending(olds, news)
+        exporting = export.export_pending(olds, news)
         return dynamic.DiffResult(
-            changes=bool(changed) or resubmit or export,
+            changes=bool(changed) or resubmit or exporting,
             replaces=[key for key in changed if key in REPLACE_KEYS],
             delete_before_replace=True,
         )
@@ -211,7 +211,8 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         STOPPED record: the supervisor resubmits only a record it finds (protocol.py). A record
         that reappears right after (a supervisor tick that was resubmitting at that moment)
         is ended again; a SUCCEEDED record is kept."""
-        for one in (jobs, RayJobs(jobs.dashboard, export.export_id(jobs.submission_id), self.policy)):
+        export_job = RayJobs(jobs.dashboard, export.export_id(jobs.submission_id), self.policy)
+        for one in (jobs, export_job):
             for _ in range(3):
                 info = one.info()
                 if info is None or info["status"] == "SUCCEEDED":
@@ -340,7 +341,8 @@ def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) ->
         return
     others = [
         job for job in jobs.live_jobs(mine)
-        if job.get("submission_id") not in (jobs.submission_id, export.export_id(jobs.submission_id))
+        if job.get("submission_id")
+        not in (jobs.submission_id, export.export_id(jobs.submission_id))
     ]
     deadline = time.monotonic() + jobs.policy.stop_timeout_s
     for job in others:
