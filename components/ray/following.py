@@ -51,19 +51,19 @@ class Progress:
             if self.first_step_s is None and (metrics := last_metrics(log)):
                 start = info.get("start_time")
                 self.first_step_s = round(time.time() - start / 1000, 1) if start else None
-                shown = shown(metrics)
+                shown = metrics_text(metrics)
                 self.say(f"first step after {duration(now - self._started)}; {shown}")
                 self._next = now + self._policy.progress_every_s
         if now >= self._next:
             metrics = last_metrics(log) if log is not None else tail_metrics(
                 self._jobs, None, self._policy, info) or {}
-            shown = shown(metrics)
+            shown = metrics_text(metrics)
             self.say(f"{status}, {duration(now - self._started)} waited"
                      + (f"; {shown}" if shown else ""))
             self._next = now + self._policy.progress_every_s
 
 
-def shown(metrics: dict[str, float]) -> str:
+def metrics_text(metrics: dict[str, float]) -> str:
     return " ".join(f"{key}={value:g}" for key, value in list(metrics.items())[:6])
 
 
