@@ -228,10 +228,10 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         """The supervisor's record when it released the cluster after this run, else None."""
         with open_cluster(props.get("access") or {}, self.policy) as cluster:
             record = cluster.record() if cluster else None
-        if record and record.get("released") and record.get("submission_id") == props.get(
-            "submission_id"
-        ):
-            return record
+            ours = record and record.get("submission_id") == props.get("submission_id")
+            # Still suspended: someone may have resumed the cluster by hand since.
+            if ours and record.get("released") and cluster.suspended():
+                return record
         return None
 
     def _bring_back(self, props: dict[str, Any]) -> None:

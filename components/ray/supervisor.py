@@ -37,7 +37,9 @@ from components.ray.protocol import RESUBMITTABLE, TERMINAL, Submission
 
 # Ray's JobManager.JOB_MONITOR_LOOP_PERIOD_S (ray/dashboard/modules/job/job_manager.py).
 _MONITOR_PERIOD_S = 1.0
-_LOG_LINES = 200
+# Lines of the driver log's tail read per tick for the step: more than the provider's 200, so
+# that bursts of NCCL INFO lines between two steps do not hide the last step line.
+_LOG_LINES = 2000
 _SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
