@@ -116,6 +116,13 @@ def submit(ray_head, spec: dict) -> None:
     GrpoJobProvider(POLICY, say=lambda _: None).create(provider_props(spec))
 
 
+def port_forwards(tmp_path: Path) -> int:
+    """How many port-forwards the fake kubectl has opened so far."""
+    log = tmp_path / "kubectl.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return sum("port-forward" in line for line in lines)
+
+
 def stop(ray_head, sid: str) -> None:
     requests.post(f"{ray_head.dashboard_url}/api/jobs/{sid}/stop", timeout=10)
 
@@ -255,7 +262,12 @@ def test_a_succeeded_run_is_exported_on_its_resources_then_the_gpus_are_released
     assert refreshed.outs["export_status"] == "SUCCEEDED" and refreshed.inputs["job_state"] == ""
     assert provider.diff(sid, refreshed.outs, props).changes is False
     assert tick(spec, cluster)["released"] and cluster.suspends == 1  # nothing more to do
-    provider.delete(sid, refreshed.outs)  # no Ray to reach: the cluster was released
+    # `pulumi destroy` deletes the supervisor (and its record) first, then the job: a suspended
+    # RayCluster alone tells delete that nothing runs, and it asks no Ray (no port-forward).
+    cluster.state_path.unlink()
+    forwards = port_forwards(tmp_path)
+    provider.delete(sid, refreshed.outs)
+    assert port_forwards(tmp_path) == forwards
 
 
 def test_a_new_run_brings_released_gpus_back(ray_head, cluster):

@@ -174,8 +174,11 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         return dynamic.ReadResult(id_, outs, inputs)
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        if self._released(props) is not None:
-            return  # the cluster was suspended after the run: no job is left anywhere
+        with open_cluster(props.get("access") or {}, self.policy) as cluster:
+            # Suspended: KubeRay deleted every Ray pod, the head and its jobs included. (On
+            # `pulumi destroy` the supervisor's record is already gone: it is deleted first.)
+            if cluster is not None and cluster.suspended():
+                return
         try:
             with open_dashboard(props["access"], self.policy) as dashboard:
                 self._end(RayJobs(dashboard, id_, self.policy))
