@@ -132,7 +132,7 @@ def test_first_step_target_returns_once_verl_logged_a_step_with_its_metrics(
 def test_a_job_that_fails_at_once_is_never_reported_running(ray_head, said, wait_for):
     """A job that exits at once fails create with the log tail and what to do, for every target
     that means running. For `running` that holds when Ray sees the exit within
-    confirm_running_s (0.2 s by default, two of Ray's process polls); this test gives the
+    confirm_running_s (0.1 s by default, one of Ray's process polls); this test gives the
     shared, loaded test head 3 s, so that it checks the mechanism and not the machine's load."""
     provider = GrpoJobProvider(dataclasses.replace(POLICY, confirm_running_s=3.0), said.append)
     news = inputs(ray_head.dashboard_url, "echo 'import error (simulated)'; exit 3", wait_for)

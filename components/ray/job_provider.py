@@ -405,16 +405,11 @@ def _poll_target(
     """Poll until the target is seen or the job is terminal; reads the log tail for first-step.
     RUNNING counts once it has lasted policy.confirm_running_s."""
     if wait_for is WaitFor.RUNNING:
-        since: list[float] = []
-
-        def lasted(info: dict) -> bool:
-            if info["status"] != "RUNNING":
-                return info["status"] in TERMINAL
-            since[:] = since or [time.monotonic()]
-            return time.monotonic() - since[0] >= policy.confirm_running_s
-
-        return poll(jobs, _REACHED[wait_for] - {"RUNNING"} | TERMINAL, deadline, policy,
-                    progress.seen, until=lasted)
+        info = poll(jobs, _REACHED[wait_for] | TERMINAL, deadline, policy, progress.seen)
+        if info["status"] != "RUNNING":
+            return info
+        time.sleep(policy.confirm_running_s)
+        return jobs.info() or info
     if wait_for is not WaitFor.FIRST_STEP:
         return poll(jobs, _REACHED[wait_for] | TERMINAL, deadline, policy, progress.seen)
     reached: dict[str, Any] = {}

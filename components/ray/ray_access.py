@@ -57,13 +57,12 @@ class RequestPolicy:
     stop_timeout_s: float = 120.0  # for a stopped job to reach a terminal state
     progress_every_s: float = 30.0  # at most one progress line this often, besides changes
     log_tail_lines: int = 200  # lines of the driver log read for metrics and error reports
-    # waitFor running: RUNNING counts once it has lasted this long (then a fresh read must
-    # still say so). Ray marks a job RUNNING before it starts the entrypoint and sees the
-    # process exit within its 0.1 s poll (job_supervisor.py run, _polling,
-    # SUBPROCESS_POLL_PERIOD_S): two polls. Longer would show in `make bench`'s create ->
-    # RUNNING; a Ray slower than that to see an exit (a loaded head) can still report such a
-    # job RUNNING, which first-step, the default, never does.
-    confirm_running_s: float = 0.2
+    # waitFor running: RUNNING counts if a read this long after it still says so. Ray marks a
+    # job RUNNING before it starts the entrypoint and sees the process exit within its 0.1 s
+    # poll (job_supervisor.py run, _polling, SUBPROCESS_POLL_PERIOD_S). Longer would show in
+    # `make bench`'s create -> RUNNING; a Ray slower than that to see an exit (a loaded head)
+    # can still report such a job RUNNING, which first-step, the default, never does.
+    confirm_running_s: float = 0.1
 
 
 class RayAccessError(RuntimeError):
