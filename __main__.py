@@ -33,6 +33,7 @@ from components.observability.training_observability import (
 )
 from components.ray.cluster_check import ClusterCheck, ClusterCheckArgs
 from components.ray.grpo_job import GrpoJob, GrpoJobArgs
+from components.ray.supervision import RunSupervisor, RunSupervisorArgs, state_name
 from components.ray.trackers import TrackerCredentials, TrackerCredentialsArgs
 from components.ray.verl_ray_cluster import (
     CLUSTER_NAMES, RayOperator, VerlRayCluster, VerlRayClusterArgs,
@@ -286,8 +287,31 @@ job = GrpoJob(
         # A re-staging replaces (first stops) the run: no file under /data changes beneath it.
         staged=staging.job_name,
         checked=check.check_id if check else None,
+        ray_cluster=ray.cluster_name,
+        supervisor_state=state_name("grpo-supervisor"),
+        # The export's memory need, from the shape the model check read (default model: shipped).
+        **({"model_parameters": run.model.parameter_count} if run.model else {}),
     ),
     opts=pulumi.ResourceOptions(depends_on=[staging]),
+)
+
+# Follows the run in the cluster once `pulumi up` has returned: retries, stalls, the deadline,
+# the export and the release of the GPUs (components/ray/supervision.py). Created after the job
+# and deleted before it, so nothing resubmits a run that `pulumi destroy` ended.
+supervisor = RunSupervisor(
+    "grpo-supervisor",
+    RunSupervisorArgs(
+        run=cfg.run,
+        spec=job.supervision_spec,
+        namespace=cfg.namespace,
+        ray_cluster=ray.cluster_name,
+        head_service=f"{ray.cluster_name}-head-svc",
+        image=images.ref(pins.SUPERVISOR_IMAGE),
+        node_selector=system_nodes,
+    ),
+    opts=pulumi.ResourceOptions.merge(
+        in_namespace, pulumi.ResourceOptions(depends_on=[job, images])
+    ),
 )
 
 # How to follow the long waits (staging's model download, the job) while `up` sits on them: the
@@ -333,7 +357,7 @@ DeletionProtection(
         for r in (
             bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites,
             *namespace_deps, installer, storage, staging, trackers, dra, ray, check, job,
-            observability,
+            supervisor, observability,
         )
         if r is not None
     ],
@@ -389,6 +413,10 @@ pulumi.export(
         "runDir": job.run_dir,
         "modelUri": job.model_uri,
         "exportStatus": job.export_status,
+        "attempts": job.attempts,
+        "lastFailure": job.last_failure,
+        "state": job.state,
+        "firstStepSeconds": job.first_step_s,
     },
 )
 pulumi.export(

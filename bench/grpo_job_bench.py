@@ -8,6 +8,11 @@ head (tests/local_ray.py), with the same entrypoint:
 - raw `JobSubmissionClient.submit_job` and `get_job_status` calls.
 Each is repeated a few times; medians and the provider's ratio to each are printed. Every job
 is stopped before the next one starts so they never compete for the head.
+
+Then create -> first step (waitFor first-step, the default) with the stand-in trainer
+(tests/fakes/verl_trainer.py, its first step after STEP_S), against the raw client polling the
+job's whole log for verl's first step line: what `pulumi up` adds on top of the job's own
+start-up is the difference.
 """
 
 from __future__ import annotations
@@ -35,10 +40,27 @@ TARGET_RATIO = 1.1
 POLL_S = 0.25
 TRAINER = Path(__file__).resolve().parent.parent / "tests" / "fakes" / "verl_trainer.py"
 ENTRYPOINT = f"{sys.executable} {TRAINER} --steps 30 --sleep 1"
+STEP_S = 1.0  # the stand-in's time to its first step, after its start
+FIRST_STEP = f"{sys.executable} {TRAINER} --steps 30 --sleep {STEP_S}"
 
 
 def _provider(ray: LocalRay, submission_id: str) -> None:
     GrpoJobProvider(say=_quiet).create(_inputs(ray, submission_id, ENTRYPOINT))
+
+
+def _provider_first_step(ray: LocalRay, submission_id: str) -> None:
+    props = {**_inputs(ray, submission_id, FIRST_STEP), "wait_for": "first-step"}
+    outs = GrpoJobProvider(say=_quiet).create(props).outs
+    assert outs["metrics"].get("step"), outs
+
+
+def _raw_first_step(ray: LocalRay, submission_id: str) -> None:
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(ray.dashboard_url)
+    client.submit_job(entrypoint=FIRST_STEP, submission_id=submission_id)
+    while " step:1 - " not in client.get_job_logs(submission_id):
+        time.sleep(POLL_S)
 
 
 def _inputs(ray: LocalRay, submission_id: str, entrypoint: str) -> dict:
@@ -127,6 +149,10 @@ def main() -> None:
             "raw JobSubmissionClient": _time(ray, _raw_client),
         }
         refresh = {mb: _refresh_times(ray, mb) for mb in (0, 101)}
+        first_step = {
+            "provider create -> first step": _time(ray, _provider_first_step),
+            "raw client submit -> first step in the log": _time(ray, _raw_first_step),
+        }
     print(f"GrpoJob create -> RUNNING, median of {REPETITIONS} (same entrypoint, same local Ray):")
     medians = {name: statistics.median(times) for name, times in results.items()}
     for name, median in medians.items():
@@ -141,6 +167,13 @@ def main() -> None:
           f"{REPETITIONS}:")
     for mb, times in refresh.items():
         print(f"  driver log of {mb:>3} MB: {statistics.median(times):6.3f} s")
+    print(f"GrpoJob create -> first step, median of {REPETITIONS} (stand-in trainer, first "
+          f"step {STEP_S:g} s after it starts):")
+    for name, times in first_step.items():
+        spread = ", ".join(f"{t:.2f}" for t in times)
+        print(f"  {name:<45} {statistics.median(times):6.2f} s  ({spread})")
+    ours, theirs = (statistics.median(t) for t in first_step.values())
+    print(f"  provider / raw client: {ours / theirs:.2f}x")
 
 
 if __name__ == "__main__":

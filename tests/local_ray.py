@@ -90,7 +90,13 @@ def _local_ray(temp_dir: Path, num_cpus: int) -> Iterator[LocalRay]:
     log = open(temp_dir / "ray-start.log", "wb")  # noqa: SIM115 - closed in finally
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+        # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: a single-node head whose every process takes
+        # 127.0.0.1 as the node's address. Without it, processes that ask Ray for the node's IP
+        # (ray/_private/services.py get_node_ip_address) take the address of the default route's
+        # interface, which on a machine with a default route but no loopback-only setup is not
+        # the head's --node-ip-address, and the dashboard's modules then fail to reach the GCS.
+        # The switch also refuses worker nodes joining, which no test does.
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
     )
     ray = LocalRay(
         dashboard_url=f"http://127.0.0.1:{ports['dashboard-port']}",

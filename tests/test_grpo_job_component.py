@@ -8,11 +8,12 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components.ray import grpo_job
+from components.ray import export, grpo_job, job_provider
 from components.schema import run as grpo_run
 from components.ray.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
 from components.schema.run import GrpoRunConfig
 from components.facts.hardware import profile
+from components.facts.models import DEFAULT_MODEL
 from components.ray.ray_access import RayAccessError
 from tools import mockrun
 
@@ -49,7 +50,7 @@ def test_registers_the_run_under_the_component_with_the_exact_entrypoint():
     expected = grpo_run.entrypoint(GrpoRunConfig(), profile("a3u"), 2)
     assert inputs["entrypoint"] == expected
     assert inputs["runtime_env"] == grpo_run.runtime_env(profile("a3u"), 2)
-    assert inputs["wait_for"] == "running" and inputs["timeout_s"] == 30 * 60
+    assert inputs["wait_for"] == "first-step" and inputs["timeout_s"] == 45 * 60
     assert inputs["version"] == PROVIDER_VERSION
     assert recording.outputs["entrypoint"] == expected
     assert recording.outputs["submission_id"] == inputs["submission_id"]
@@ -103,7 +104,7 @@ class _LogsUnreadable:
     """A job whose status Ray reports but whose log cannot be fetched in time."""
 
     submission_id = "verl-gke-a4-grpo-0123456789ab"
-    policy = grpo_job.RequestPolicy()
+    policy = job_provider.RequestPolicy()
 
     def log_tail(self, lines: int, info: dict | None = None) -> str:
         raise RayAccessError("GET /api/v0/logs/file timed out after 15 s")
@@ -114,7 +115,40 @@ def test_refresh_keeps_the_last_metrics_when_the_log_cannot_be_read():
     previous metrics snapshot is kept."""
     previous = {"step": 41.0, "critic/score/mean": 0.62}
     info = {"status": "RUNNING", "start_time": 1_700_000_000_000}
-    observed = grpo_job._observed(_LogsUnreadable(), info, {"metrics": previous})
+    observed = job_provider._observed(_LogsUnreadable(), info, {"metrics": previous})
     assert observed["status"] == "RUNNING"
     assert observed["metrics"] == previous
     assert observed["start_time"] == "2023-11-14T22:13:20+00:00"
+
+
+def test_the_export_asks_for_a_gpu_worker_and_the_mergers_memory():
+    """The export is submitted with entrypoint resources, so Ray never runs it on the head:
+    one GPU and the merger's memory for the model saved by the run's 16 GPUs; the supervisor
+    submits exactly the same."""
+    recording, run = render(GrpoRunConfig())
+    resources = run.plain_inputs["export_resources"]
+    assert resources == {"entrypoint_num_gpus": 1,
+                         "entrypoint_memory": export.memory_need(DEFAULT_MODEL.parameter_count, 16)}
+    assert 170e9 < resources["entrypoint_memory"] < 180e9  # ~140 GB peak, a quarter more
+    _, without = render(GrpoRunConfig(export_model=False))
+    assert without.plain_inputs.get("export_resources") is None  # None inputs are dropped
+
+
+def test_an_export_that_cannot_fit_a_worker_is_refused_before_anything_is_created():
+    """The merger's need is checked against Ray's memory on one GPU worker: a model too large
+    for it fails construction, naming the key, the numbers and the fix."""
+    problems = export.memory_problems(profile("a4x"), 400e9, 16, "verl-gke:job.exportModel")
+    assert len(problems) == 1
+    assert "verl-gke:job.exportModel=true" in problems[0]
+    assert "400.0B-parameter" in problems[0]
+    assert "set verl-gke:job.exportModel to false" in problems[0]
+    for target in ("a4", "a3u", "a4x"):  # the default model fits every target
+        assert export.memory_problems(profile(target), 32.8e9, 16, "k") == []
+    with pytest.raises(ValueError, match="exportModel=true"):
+        def program():
+            GrpoJob("job", GrpoJobArgs(
+                run=GrpoRunConfig(), profile=profile("a4x"), nodes=4,
+                checkpoint_uri="gs://b/checkpoints", namespace="verl", head_service="svc",
+                kubeconfig=pulumi.Output.secret(KUBECONFIG), model_parameters=400e9,
+            ))
+        mockrun.run(program, stack="test")

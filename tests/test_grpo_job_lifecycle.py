@@ -8,6 +8,7 @@ so "resumes from its checkpoints" is checked in the job's own log.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from pulumi.runtime import rpc
 
 from components.ray import grpo_job
 from components.ray.grpo_job import GrpoJobProvider
@@ -102,6 +104,50 @@ def stop_all(ray_head, resource: str) -> None:
 def trainer(tmp_path: Path, steps: int, sleep: float = 0.2, **flags: object) -> str:
     extra = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in flags.items())
     return f"{TRAINER} --steps {steps} --sleep {sleep} --checkpoint-dir {tmp_path / 'ckpt'} {extra}"
+
+
+# --- 1. `up` returns when training has started ----------------------------------------------
+
+
+def test_first_step_target_returns_once_verl_logged_a_step_with_its_metrics(
+    ray_head, provider, said, tmp_path
+):
+    """waitFor first-step (the default): create returns only after the first step line, with
+    its metrics and the time from the attempt's start to it, and says each phase as it goes."""
+    news = inputs(ray_head.dashboard_url, trainer(tmp_path, 30, 0.5), "first-step")
+    created = provider.create(news)
+    assert created.outs["status"] == "RUNNING"
+    assert created.outs["metrics"]["step"] >= 1
+    assert 0 < created.outs["first_step_s"] < 60
+    assert created.outs["attempts"] == 1 and created.outs["last_failure"] is None
+    phases = ["driver started after", "TaskRunner placed after",
+              "loading the model and starting the rollout engine after",
+              "workers and rollout engine up after", "first step after"]
+    seen = [next(i for i, line in enumerate(said) if phase in line) for phase in phases]
+    assert seen == sorted(seen), said
+    stop_all(ray_head, news["metadata"]["verl-gke-resource"])
+
+
+@pytest.mark.parametrize("wait_for", ["running", "first-step", "succeeded"])
+def test_a_job_that_fails_at_once_is_never_reported_running(ray_head, said, wait_for):
+    """A job that exits at once fails create with the log tail and what to do, for every target
+    that means running. For `running` that holds when Ray sees the exit within
+    confirm_running_s (0.1 s by default, one of Ray's process polls); this test gives the
+    shared, loaded test head 3 s, so that it checks the mechanism and not the machine's load."""
+    provider = GrpoJobProvider(dataclasses.replace(POLICY, confirm_running_s=3.0), said.append)
+    news = inputs(ray_head.dashboard_url, "echo 'import error (simulated)'; exit 3", wait_for)
+    with pytest.raises(RayAccessError, match="ended FAILED") as failure:
+        provider.create(news)
+    assert "import error (simulated)" in str(failure.value)
+    assert "pulumi up --refresh" in str(failure.value)
+
+
+def test_a_job_that_ends_before_its_first_step_fails_up(ray_head, provider, tmp_path):
+    """Past RUNNING and the first phases, but no step: first-step fails, with the log tail."""
+    news = inputs(ray_head.dashboard_url, f"{TRAINER} --steps 0 --sleep 0 --fail", "first-step")
+    with pytest.raises(RayAccessError, match="before reaching first-step") as failure:
+        provider.create(news)
+    assert "out of memory (simulated)" in str(failure.value)
 
 
 # --- 2. Resume after failure --------------------------------------------------------------
@@ -245,7 +291,7 @@ def test_progress_reports_status_changes_and_metrics_at_a_bounded_rate(
     started = time.monotonic()
     provider.create(news)
     elapsed = time.monotonic() - started
-    assert any("RUNNING after" in line for line in said)
+    assert any("driver started after" in line for line in said)
     assert any("SUCCEEDED after" in line for line in said)
     periodic = [line for line in said if "waited" in line]
     assert periodic and any("critic/score/mean=" in line for line in periodic)
@@ -290,7 +336,7 @@ def test_a_restaging_is_a_replacement_the_engine_performs_first(provider):
     provider to diff with the inputs that depend on it unknown (calculateDependentReplacements);
     the answer must be a delete-before-replace, so the run is stopped before staging runs."""
     olds = inputs("http://127.0.0.1:1", "true", staged="staging-0123456789")
-    unknown = {**olds, "staged": grpo_job.rpc.UNKNOWN}
+    unknown = {**olds, "staged": rpc.UNKNOWN}
     diff = provider.diff(olds["submission_id"], olds, unknown)
     assert diff.replaces == ["staged"] and diff.delete_before_replace
     restaged = {**olds, "staged": "staging-abcdef0123"}
@@ -311,7 +357,7 @@ def test_restaging_stops_the_run_and_resubmits_it_after_staging_resuming(
     time.sleep(1.5)  # a few steps, a few checkpoints
 
     # Dependent replacement: diff with `staged` unknown, then delete before anything else.
-    unknown = {**news, "staged": grpo_job.rpc.UNKNOWN}
+    unknown = {**news, "staged": rpc.UNKNOWN}
     diff = provider.diff(engine.state.id, engine.state.outputs, unknown)
     assert diff.replaces == ["staged"]
     provider.delete(engine.state.id, engine.state.outputs)

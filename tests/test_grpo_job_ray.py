@@ -130,7 +130,8 @@ def test_repeated_create_adopts_the_job_instead_of_submitting_another(ray_head, 
 
 
 def test_config_change_replaces_the_job_and_stops_the_old_one_first(ray_head, provider):
-    """A new entrypoint means replace (delete before create): the old job is gone from Ray."""
+    """A new entrypoint means replace (delete before create): the old job is stopped and its
+    record removed, so that nothing (the supervisor) can resubmit it (protocol.py)."""
     old = provider.create(props(ray_head.dashboard_url, f"{TRAINER} --steps 50 --sleep 0.5"))
     news = props(ray_head.dashboard_url, f"{TRAINER} --steps 2 --sleep 0.2")
     diff = provider.diff(old.id, old.outs, news)
@@ -138,7 +139,7 @@ def test_config_change_replaces_the_job_and_stops_the_old_one_first(ray_head, pr
     assert set(diff.replaces) == {"submission_id", "entrypoint"}
 
     provider.delete(old.id, old.outs)  # the engine's order for delete_before_replace
-    assert ray_job(ray_head, old.id)["status"] == "STOPPED"
+    assert ray_job(ray_head, old.id) is None
     new = provider.create(news)
     assert new.outs["status"] in ("RUNNING", "SUCCEEDED")
 
@@ -167,12 +168,12 @@ def test_unchanged_inputs_have_no_diff(ray_head, provider):
 
 
 def test_delete_stops_a_running_job_and_a_new_create_runs_it_again(ray_head, provider):
-    """delete of a RUNNING job returns once it is STOPPED; `pulumi up` after a destroy submits
-    the same id again (one record in Ray), and it runs."""
+    """delete of a RUNNING job returns once it is stopped and its record removed; `pulumi up`
+    after a destroy submits the same id again (one record in Ray), and it runs."""
     inputs = props(ray_head.dashboard_url, f"{TRAINER} --steps 100 --sleep 0.5")
     created = provider.create(inputs)
     provider.delete(created.id, created.outs)
-    assert ray_job(ray_head, created.id)["status"] == "STOPPED"
+    assert ray_job(ray_head, created.id) is None
 
     again = provider.create(inputs)
     assert again.outs["status"] == "RUNNING"

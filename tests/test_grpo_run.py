@@ -91,13 +91,16 @@ def test_defaults_are_the_tutorials_overrides_with_the_listed_differences(target
     """An empty `verl-gke:job` gives the tutorial's overrides for the target except the
     differences listed above, each on purpose; it checkpoints to the run's own directory and
     resumes from it with trainer.resume_mode=auto, which the tutorial lacks (tutorial defect 6).
-    The KL coefficient weighs the actor's KL loss, not algorithm.kl_ctrl (review finding 6)."""
+    The KL coefficient weighs the actor's KL loss, not algorithm.kl_ctrl (review finding 6), and
+    the run keeps its last keepCheckpoints (2) checkpoints (issue 18.5)."""
     overrides = overrides_for(target)
     own = overrides.pop("trainer.default_local_dir")
     gpus = int(expected["trainer.nnodes"]) * int(expected["trainer.n_gpus_per_node"])
     assert re.fullmatch(rf"/checkpoint-bucket/checkpoints/grpo-{gpus}gpu-[0-9a-f]{{12}}", own)
     expected = {k: v for k, v in expected.items() if k != "algorithm.kl_ctrl.kl_coef"}
-    assert overrides == {**expected, "trainer.resume_mode": "auto"}
+    assert overrides == {
+        **expected, "trainer.resume_mode": "auto", "trainer.max_actor_ckpt_to_keep": "2",
+    }
 
 
 def test_overrides_keep_the_tutorials_order_with_extras_last():
@@ -105,8 +108,9 @@ def test_overrides_keep_the_tutorials_order_with_extras_last():
     run = GrpoRunConfig(extra_overrides={"actor_rollout_ref.actor.entropy_coeff": 0})
     keys = list(overrides_for("a4x", run))
     assert keys[0] == "algorithm.adv_estimator"
-    assert keys[-3:] == [
-        "trainer.default_local_dir", "trainer.resume_mode", "actor_rollout_ref.actor.entropy_coeff",
+    assert keys[-4:] == [
+        "trainer.default_local_dir", "trainer.resume_mode", "trainer.max_actor_ckpt_to_keep",
+        "actor_rollout_ref.actor.entropy_coeff",
     ]
 
 
@@ -183,9 +187,10 @@ def test_dashboard_address_must_be_a_url():
         GrpoRunConfig.model_validate({"dashboardAddress": "ray:8265"})
 
 
-def test_wait_for_defaults_to_running():
-    """`pulumi up` follows the job until it runs, not for the hours of training."""
-    assert GrpoRunConfig().wait_for is WaitFor.RUNNING
+def test_wait_for_defaults_to_the_first_step():
+    """`pulumi up` follows the job until verl has trained a step (issue 18.1), not for the
+    hours of training, and not only until Ray has started the driver."""
+    assert GrpoRunConfig().wait_for is WaitFor.FIRST_STEP
 
 
 def test_entrypoint_is_the_tutorials_command_with_quoted_arguments():
@@ -193,9 +198,8 @@ def test_entrypoint_is_the_tutorials_command_with_quoted_arguments():
     hw = profile("a4")
     run = GrpoRunConfig(extra_overrides={"trainer.experiment_name": "my run; rm -rf /"})
     command = entrypoint(run, hw, 2)
-    assert command.startswith(
-        "cd /data/verl && PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo "
-    )
+    assert command.startswith("cd /data/verl && for s in $(ls -d /checkpoint-bucket/")
+    assert "; PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo " in command
     arguments = shlex.split(command.split("main_ppo ", 1)[1])
     assert arguments == [f"{k}={v}" for k, v in hydra_overrides(run, hw, 2).items()]
 

@@ -83,7 +83,10 @@ def test_the_report_shows_manifests_and_outputs(gpu_change):
     diff = report[report.index("```diff"):]
     assert "--- base/a4: ray.io/v1 RayCluster default/b200-ray-cluster" in diff
     assert "-    replicas: 2" in diff and "+    replicas: 4" in diff
-    assert "- `job.entrypoint`: words changed: `trainer.nnodes=2 → trainer.nnodes=4`" in report
+    # The entrypoint's checkpoint pruning (issue 18) names the run's directory first.
+    changed = next(line for line in report.splitlines() if line.startswith("- `job.entrypoint`"))
+    assert changed.startswith("- `job.entrypoint`: words changed: `")
+    assert "`trainer.nnodes=2 → trainer.nnodes=4`" in changed
     assert "- `hardware.nodes`: 2 → 4" in report and "- `hardware.totalGpus`: 16 → 32" in report
 
 

@@ -25,6 +25,8 @@ from components.ray.verl_ray_cluster import (
     render_pod_monitoring,
     render_ray_cluster,
 )
+from components.ray.export import quantity
+from components.ray.verl_ray_cluster import HEAD_SHM_SIZE
 from tests import k8s_schemas
 from tools import mockrun
 
@@ -234,11 +236,12 @@ def test_autopilot_sidecar_stays_within_the_gpu_node_cap():
 
 
 def test_standard_head_runs_on_the_given_system_pool():
-    """On Standard A4 / A3 Ultra the head goes where it is told, with Ray tasks allowed on it."""
+    """On Standard A4 / A3 Ultra the head goes where it is told, and takes no Ray work there
+    (num-cpus 0, issue 19 item 1)."""
     group = head(rendered(Target.A3_ULTRA))
     assert group["template"]["spec"]["nodeSelector"] == SYSTEM_POOL
     assert "tolerations" not in group["template"]["spec"]
-    assert group["rayStartParams"] == {"dashboard-host": "0.0.0.0"}
+    assert group["rayStartParams"] == {"dashboard-host": "0.0.0.0", "num-cpus": "0"}
 
 
 def test_autopilot_head_is_on_demand_c2_performance():
@@ -274,6 +277,22 @@ def test_a4x_head_shares_a_gb200_node_without_taking_ray_work():
     assert "nvidia.com/gpu" not in container(head(obj))["resources"]["limits"]
     worker_tolerations = worker_group(obj)["template"]["spec"]["tolerations"]
     assert {t["key"] for t in worker_tolerations} == {"nvidia.com/gpu", "kubernetes.io/arch"}
+
+
+@pytest.mark.parametrize("target,mode", TARGET_MODES, ids=IDS)
+def test_no_head_takes_ray_work_and_every_head_has_a_dev_shm(target, mode):
+    """num-cpus 0 on every head, so verl's TaskRunner, dataloader and reward workers go to the
+    GPU workers (TRAINING-REVIEW.md finding 9), and a Memory /dev/shm for Ray's object store,
+    bounded below the head's memory limit."""
+    obj = rendered(target, mode)
+    assert head(obj)["rayStartParams"]["num-cpus"] == "0"
+    spec = head(obj)["template"]["spec"]
+    shm = next(v for v in spec["volumes"] if v["name"] == "shared-memory")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": HEAD_SHM_SIZE}
+    mounts = {m["mountPath"]: m["name"] for m in container(head(obj))["volumeMounts"]}
+    assert mounts["/dev/shm"] == "shared-memory"
+    limit = container(head(obj))["resources"]["limits"]["memory"]
+    assert quantity(HEAD_SHM_SIZE) < quantity(limit)
 
 
 @pytest.mark.parametrize("target,mode", TARGET_MODES, ids=IDS)

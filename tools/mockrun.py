@@ -171,6 +171,7 @@ def is_kubernetes_object(type_: str) -> bool:
 
 _K8S_TOP_LEVEL = (
     "apiVersion", "kind", "metadata", "spec", "data", "stringData", "type", "immutable",
+    "rules", "roleRef", "subjects",  # RBAC objects (the run's supervisor, issue 18)
 )
 
 

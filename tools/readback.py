@@ -214,7 +214,10 @@ READBACK: dict[str, ReadBack] = {
     **{
         kind: ReadBack(_K8S)
         for kind in (
-            "kubernetes:batch/v1:Job", "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:Namespace",
+            "kubernetes:batch/v1:Job", "kubernetes:batch/v1:CronJob",
+            "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:Namespace",
+            "kubernetes:rbac.authorization.k8s.io/v1:Role",
+            "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",
             "kubernetes:core/v1:PersistentVolume", "kubernetes:core/v1:PersistentVolumeClaim",
             "kubernetes:core/v1:ResourceQuota", "kubernetes:core/v1:ServiceAccount",
             "kubernetes:networking.k8s.io/v1:NetworkPolicy",

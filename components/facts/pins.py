@@ -138,3 +138,13 @@ STAGING_WHEELS = (
     "yarl==1.25.1",
     "tzdata==2026.6",
 )
+
+# --- RunSupervisor (components/ray/supervision.py) ---
+# The supervisor's image: the Docker official Python image. Its script uses the standard library
+# only (urllib, json, ssl), so nothing beyond the interpreter is needed, and a ~50 MB slim image
+# starts in seconds on the system pool every tick instead of the ~25 GB verl image. An exact
+# patch release on a fixed Debian release (3.12.8, bookworm), not `3` or `slim`, so a tick runs
+# the same interpreter every time; multi-arch (amd64 and arm64). Pulled through the stack's
+# Docker Hub mirror (components/registry/image_mirror.py). Tag, not digest, for the reason given
+# at VERL_IMAGES.
+SUPERVISOR_IMAGE = "python:3.12.8-slim-bookworm"

@@ -57,6 +57,12 @@ class RequestPolicy:
     stop_timeout_s: float = 120.0  # for a stopped job to reach a terminal state
     progress_every_s: float = 30.0  # at most one progress line this often, besides changes
     log_tail_lines: int = 200  # lines of the driver log read for metrics and error reports
+    # waitFor running: RUNNING counts if a read this long after it still says so. Ray marks a
+    # job RUNNING before it starts the entrypoint and sees the process exit within its 0.1 s
+    # poll (job_supervisor.py run, _polling, SUBPROCESS_POLL_PERIOD_S). Longer would show in
+    # `make bench`'s create -> RUNNING; a Ray slower than that to see an exit (a loaded head)
+    # can still report such a job RUNNING, which first-step, the default, never does.
+    confirm_running_s: float = 0.1
 
 
 class RayAccessError(RuntimeError):
@@ -233,13 +239,22 @@ class RayJobs:
         # connection is a new stream through the API server.
         self._session = requests.Session()
 
-    def submit(self, entrypoint: str, runtime_env: dict, metadata: dict[str, str]) -> bool:
-        """Submit the job; False if a job with this submission id already exists."""
+    def submit(
+        self, entrypoint: str, runtime_env: dict, metadata: dict[str, str],
+        resources: dict[str, Any] | None = None,
+    ) -> bool:
+        """Submit the job; False if a job with this submission id already exists.
+
+        `resources` are JobSubmitRequest's entrypoint_num_cpus, entrypoint_num_gpus,
+        entrypoint_memory and entrypoint_resources (ray/dashboard/modules/job/common.py): a job
+        that requests none runs its entrypoint on the head.
+        """
         body = {
             "entrypoint": entrypoint,
             "submission_id": self.submission_id,
             "runtime_env": runtime_env,
             "metadata": metadata,
+            **(resources or {}),
         }
         reply = self._request("POST", "/api/jobs/", json=body, ok=(200, 500))
         if reply.status_code == 500:
@@ -258,9 +273,12 @@ class RayJobs:
         """Ask Ray to stop the job; a finished or unknown job is left as it is."""
         self._request("POST", f"/api/jobs/{self.submission_id}/stop", ok=(200, 404))
 
-    def delete(self) -> None:
+    def delete(self) -> bool:
         """Remove a finished job's record so that its submission id can be submitted again.
 
+        True only when this call removed it. False when there was none (someone else deleted
+        it), or when it is not terminal (any more): someone resubmitted it meanwhile, and Ray
+        refuses to delete a live record (job_manager.py delete_job, "non-terminal state").
         Ray's job monitor (ray/dashboard/modules/job/job_manager.py, _monitor_job_internal)
         pings the job's supervisor actor once a second and, when that actor has died and the
         record is gone, writes a FAILED record back, over a resubmitted job with the same id
@@ -268,6 +286,9 @@ class RayJobs:
         """
         deadline = time.monotonic() + self.policy.stop_timeout_s
         while self._supervisor_alive():
+            info = self.info()
+            if info is not None and info["status"] not in TERMINAL_STATUSES:
+                return False
             if time.monotonic() > deadline:
                 raise RayAccessError(
                     f"{self.where()}: its supervisor actor is still alive after "
@@ -276,7 +297,12 @@ class RayJobs:
                 )
             time.sleep(self.policy.poll_min_s)
         time.sleep(2 * _JOB_MONITOR_PERIOD_S)
-        self._request("DELETE", f"/api/jobs/{self.submission_id}", ok=(200, 404))
+        reply = self._request("DELETE", f"/api/jobs/{self.submission_id}", ok=(200, 404, 500))
+        if reply.status_code == 500:
+            if "non-terminal state" in reply.text:
+                return False
+            self._fail("deleting", reply)
+        return reply.status_code == 200
 
     def _supervisor_alive(self) -> bool:
         reply = self._request("GET", "/api/v0/actors", params={

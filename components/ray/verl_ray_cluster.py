@@ -72,6 +72,11 @@ NVIDIA_HOST_PATH = "/home/kubernetes/bin/nvidia"
 GIB_HOST_PATH = "/home/kubernetes/bin/gib"
 NVIDIA_LIB64 = "/usr/local/nvidia/lib64"
 
+# The head's /dev/shm: Ray sizes a node's object store at 30% of its memory
+# (ray/_private/ray_constants.py DEFAULT_OBJECT_STORE_MEMORY_PROPORTION), 9.6 GB of the head's
+# 32 GB; a Memory emptyDir counts against the pod's memory limit, so it is bounded there too.
+HEAD_SHM_SIZE = "10Gi"
+
 BUCKET_VOLUME = "training-bucket-vol"
 CHECKPOINT_VOLUME = "checkpoint-bucket-vol"
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"
@@ -289,10 +294,14 @@ def _env_from(args: VerlRayClusterArgs) -> dict[str, Any]:
 
 
 def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
-    start_params = {"dashboard-host": "0.0.0.0"}
-    if args.head_on_gpu_node:
-        # Keep Ray tasks off the head: it shares its node with a worker's 120 CPUs.
-        start_params["num-cpus"] = "0"
+    # No Ray task or actor on the head, on every target: KubeRay would otherwise give the head
+    # its CPU limit as Ray CPUs, and verl's TaskRunner (ray.remote(num_cpus=1), "please make
+    # sure main_task is not scheduled on head", verl/trainer/main_ppo.py:80 at b178a3cd5), its
+    # dataloader and its agent-loop and reward workers (agent_loop.py:932-945) would land in the
+    # head's 32 GB (TRAINING-REVIEW.md finding 9). KubeRay: "setting num-cpus:"0" for the Ray
+    # head pod will prevent Ray workloads with non-zero CPU requirements from being scheduled
+    # on the head". The job's driver still runs there: an entrypoint with no resources does.
+    start_params = {"dashboard-host": "0.0.0.0", "num-cpus": "0"}
     container = {
         "name": "ray-head",
         "image": args.image_ref,
@@ -300,6 +309,7 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "resources": _resources(args.profile.head),
         "volumeMounts": [
             {"name": "ray-logs", "mountPath": "/tmp/ray"},
+            {"name": "shared-memory", "mountPath": "/dev/shm"},
             {"name": BUCKET_VOLUME, "mountPath": DATA_MOUNT},
             {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT},
         ],
@@ -317,6 +327,10 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "containers": [_with_post_start(container, args.profile.arch)],
         "volumes": [
             {"name": "ray-logs", "emptyDir": {}},
+            # Ray's object store: without it Ray falls back to /tmp ("The object store is using
+            # /tmp instead of /dev/shm"), inside the container's ephemeral-storage limit.
+            {"name": "shared-memory",
+             "emptyDir": {"medium": "Memory", "sizeLimit": HEAD_SHM_SIZE}},
             _bucket_volume(args),
             _checkpoint_volume(args),
         ],
@@ -565,6 +579,7 @@ class VerlRayCluster(pulumi.ComponentResource):
     dashboard_port: int
     worker_replicas: int
     worker_group: str
+    cluster_name: str  # the RayCluster's name, known before it exists (for RBAC rules)
 
     def __init__(
         self, name: str, args: VerlRayClusterArgs, opts: pulumi.ResourceOptions | None = None
@@ -604,6 +619,7 @@ class VerlRayCluster(pulumi.ComponentResource):
         self.dashboard_port = DASHBOARD_PORT
         self.worker_replicas = args.nodes
         self.worker_group = WORKER_GROUP
+        self.cluster_name = args.cluster_name
         self.register_outputs(
             {
                 "name": self.name,

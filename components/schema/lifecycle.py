@@ -14,6 +14,8 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from components.facts.layout import CHECKPOINT_STEP_DIR, CHECKPOINT_TRACKER
+
 CONFIG_KEY = "verl-gke:job"
 
 
@@ -21,8 +23,14 @@ class WaitFor(str, enum.Enum):
     """How far `pulumi up` follows the job before reporting it created."""
 
     SUBMITTED = "submitted"
-    RUNNING = "running"
+    RUNNING = "running"  # Ray started the driver: nothing of verl has run yet
+    FIRST_STEP = "first-step"  # verl logged its first training step, with its metrics
     SUCCEEDED = "succeeded"
+
+
+# How often the supervisor in the cluster looks at the run (its CronJob schedule, minutes): a
+# failure is resubmitted, a stall or a deadline acted on, within about this long.
+SUPERVISOR_PERIOD_MINUTES = 2
 
 
 class RunLifecycle(BaseModel):
@@ -37,11 +45,16 @@ class RunLifecycle(BaseModel):
         description="Ray job metadata (e.g. owner). Changing it never replaces the job.",
     )
     wait_for: WaitFor = Field(
-        WaitFor.RUNNING,
-        description="How far `pulumi up` follows the job: submitted, running or succeeded.",
+        WaitFor.FIRST_STEP,
+        description="How far `pulumi up` follows the job: submitted, running (Ray started the "
+        "driver), first-step (verl logged its first training step) or succeeded. "
+        "default: first-step.",
     )
     timeout_minutes: int = Field(
-        30, gt=0, description="How long `pulumi up` waits for `waitFor` before failing."
+        45, gt=0,
+        description="How long `pulumi up` waits for `waitFor` before failing. default: 45, "
+        "the estimated ~15 min from submission to the first step (tools/critical_path.py, an "
+        "estimate) three times over.",
     )
     dashboard_address: str | None = Field(
         None,
@@ -60,10 +73,34 @@ class RunLifecycle(BaseModel):
         "verl's model merger.",
     )
     max_retries: int = Field(
-        0, ge=0, le=100,
-        description="While `pulumi up` follows the job (waitFor running or succeeded), resubmit "
-        "a job that fails up to this many times, each resuming from its checkpoints "
-        "(KubeRay RayJob's backoffLimit). default: 0.",
+        3, ge=0, le=100,
+        description="Resubmit a run that fails (or stalls) up to this many times, each attempt "
+        "resuming from its checkpoints: the supervisor in the cluster does it at any time, "
+        "`pulumi up` while it follows the job (KubeRay RayJob's backoffLimit). default: 3.",
+    )
+    stall_minutes: int = Field(
+        45, gt=0,
+        description="The supervisor stops an attempt that has logged no new training step for "
+        "this long (before its first step: since it started) and counts it as a failure. "
+        "default: 45, three times the estimated time to the first step.",
+    )
+    deadline_hours: float = Field(
+        48, gt=0,
+        description="Wall-clock budget of the run from its first attempt's start, retries "
+        "included: the supervisor stops it then and does not retry. default: 48.",
+    )
+    release_gpus: bool = Field(
+        True,
+        description="Once the run SUCCEEDED and its model is exported (or exportModel is off), "
+        "the supervisor suspends the RayCluster, which deletes its pods and frees the GPU "
+        "nodes. A new run (a changed run config) brings them back. default: true; false keeps "
+        "the cluster up.",
+    )
+    keep_checkpoints: int = Field(
+        2, ge=1, le=100,
+        description="Checkpoints (global_step_<n>) kept in the run's directory, the newest; older "
+        "ones are deleted, those of earlier attempts included. The exported model is kept "
+        "apart. default: 2 (one of the 32B model with its optimizer state is ~393 GB).",
     )
 
     @field_validator("dashboard_address")
@@ -75,3 +112,21 @@ class RunLifecycle(BaseModel):
                 "http://127.0.0.1:8265, or leave it unset to port-forward to the head Service"
             )
         return value
+
+
+def prune_command(run_dir: str, keep: int) -> str:
+    """Shell that deletes all but the newest `keep` checkpoints of the run's directory.
+
+    It runs before every attempt, so the checkpoints of earlier attempts, which verl's own
+    pruning never sees (it removes only paths saved by the current process,
+    verl/utils/checkpoint/checkpoint_manager.py:59, :144-172 at b178a3cd5), are pruned too. The
+    step the tracker names (what the attempt resumes from and the export merges) is never
+    deleted, even when a newer, partial save of a crashed attempt is among the newest. Errors
+    are ignored: pruning must never keep a run from starting.
+    """
+    step_dir = f"{run_dir}/{CHECKPOINT_STEP_DIR.format('')}"
+    tracked = f"$(cat {run_dir}/{CHECKPOINT_TRACKER} 2>/dev/null)"
+    return (
+        f"for s in $(ls -d {step_dir}* 2>/dev/null | sed 's|.*_||' | sort -n | head -n -{keep}); "
+        f'do [ "$s" = "{tracked}" ] || rm -rf {step_dir}$s; done'
+    )

@@ -43,7 +43,7 @@ from components.facts.layout import (
 )
 from components.messages import quoted
 from components.schema.hydra_overrides import PROTECTED_KEYS, override_problems, override_text
-from components.schema.lifecycle import RunLifecycle
+from components.schema.lifecycle import RunLifecycle, prune_command
 from components.schema.run_checks import batch_problems, hardware_problems, model_problems
 from components.schema.run_env import effective_env, runtime_env  # noqa: F401 (re-exported)
 from components.schema.run_identity import (  # noqa: F401 (re-exported)
@@ -363,6 +363,9 @@ def hydra_overrides(
         key: "True" for key, modes in _OFFLOAD_KEYS.items() if resolved.offload in modes
     })
     overrides.update(_checkpoint_overrides(run, profile, nodes, model_revision))
+    # verl prunes what this process saved (checkpoint_manager.py ensure_checkpoint_capacity);
+    # the entrypoint's prune_command covers earlier attempts (lifecycle.py).
+    overrides["trainer.max_actor_ckpt_to_keep"] = str(run.keep_checkpoints)
     overrides.update({key: _hydra_value(value) for key, value in run.extra_overrides.items()})
     return overrides
 
@@ -389,9 +392,9 @@ def entrypoint(
     """The exact shell command Ray runs on the head: the tutorial's, each argument quoted."""
     overrides = hydra_overrides(run, profile, nodes, model_revision)
     arguments = " ".join(_shell_argument(key, value) for key, value in overrides.items())
-    prelude = ""
+    prelude = prune_command(overrides["trainer.default_local_dir"], run.keep_checkpoints) + "; "
     if run.resume_from is not None:
-        prelude = _resume_choice(overrides["trainer.default_local_dir"], run.resume_from) + " && "
+        prelude += _resume_choice(overrides["trainer.default_local_dir"], run.resume_from) + " && "
     return (
         f"cd {VERL_DIR} && {prelude}PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo "
         f"{arguments}"

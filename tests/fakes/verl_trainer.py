@@ -36,6 +36,10 @@ def main() -> int:
     if args.extra:
         print(args.extra, flush=True)
     _filler(args.log_mb)
+    # verl's phase lines before the first step (components/ray/protocol.py PHASES).
+    print(f"(TaskRunner pid={os.getpid()}) TaskRunner hostname: localhost, PID: {os.getpid()}",
+          flush=True)
+    print(f"(TaskRunner pid={os.getpid()}) Total training steps: {args.steps}", flush=True)
     start = _resume(args.checkpoint_dir)
     for step in range(start + 1, args.steps + 1):
         time.sleep(args.sleep)

@@ -1,0 +1,445 @@
+"""GrpoJobProvider: the dynamic provider that submits the GRPO run to Ray and follows it.
+
+- create submits with the run's submission id, so a retried `pulumi up` adopts the job it
+  already started; a job found FAILED or STOPPED under that id is submitted again and resumes
+  from the run's checkpoints (protocol.py). Before submitting it stops any other live job of the
+  same stack and resource (left behind by a lost state or a `pulumi state delete`) and waits
+  until it has stopped. On a RayCluster the supervisor released (suspended) after an earlier
+  run, it first brings the cluster back. It then follows the job as far as `waitFor` says
+  (default: verl's first training step), within `timeoutMinutes`, printing a line at each phase
+  and a bounded heartbeat, and resubmitting a job that fails while the retry budget lasts;
+- diff replaces the job when the run's config or the staged files change (stopping the old one
+  first) and updates in place for metadata, waiting or access changes, and for a job that a
+  refresh found FAILED or STOPPED (update resubmits it; a SUCCEEDED job is never resubmitted);
+- read (`pulumi refresh`) reports status, times, attempts, the last failure and the last metric
+  line, from Ray, or from the supervisor's record once the cluster is released;
+- delete stops a running job, waits until it has stopped and deletes its record, so that the
+  supervisor, which acts only on a record it finds, has nothing left to resubmit. A released
+  cluster, a finished or unknown job is fine, and a head Service that Kubernetes says is gone
+  yields a warning; a Ray that cannot be reached fails the delete, because a replacement created
+  after it would run next to the old job.
+
+Progress reaches the CLI through the provider's stderr: the dynamic provider process has no
+engine connection (pulumi/dynamic/__main__.py configures Settings without one), so
+`pulumi.log.info` prints to stderr (pulumi/log.py), and the engine forwards a dynamic provider's
+stdout and stderr lines as info diagnostics (pulumi/pulumi sdk/go/common/resource/plugin/
+plugin.go newPlugin: `runtrace` -> Diag.Infoerrf; `isDynamicPluginBinary` exempts
+pulumi-resource-pulumi-python from the hiding applied to other providers' output).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import pulumi
+import pulumi.dynamic as dynamic
+from pulumi.runtime import rpc
+
+from components.ray import export, protocol
+from components.ray.following import Progress, iso, log_tail, poll, short, tail_metrics
+from components.ray.kube import open_cluster
+from components.ray.protocol import RESUBMITTABLE, TERMINAL, Submission, last_metrics
+from components.ray.ray_access import (
+    RayAccessError,
+    RayClusterGone,
+    RayJobs,
+    RayUnreachable,
+    RequestPolicy,
+    open_dashboard,
+)
+from components.schema.lifecycle import WaitFor
+
+# Bump when the provider's behaviour changes: a changed input makes the engine call update,
+# because the provider itself is pickled by reference and its code is not part of the diff.
+PROVIDER_VERSION = "3"
+
+# Statuses that satisfy each waitFor by themselves (first-step also needs a step line).
+_REACHED = {
+    WaitFor.SUBMITTED: frozenset({"PENDING", "RUNNING", *TERMINAL}),
+    WaitFor.RUNNING: frozenset({"RUNNING", "SUCCEEDED"}),
+    WaitFor.FIRST_STEP: frozenset({"SUCCEEDED"}),
+    WaitFor.SUCCEEDED: frozenset({"SUCCEEDED"}),
+}
+# Inputs that define the run: changing one is a different job. The id already hashes the
+# entrypoint and env; listing them keeps the plan's reason readable. `staged` is the staging
+# Job's name, which changes with what it stages: a re-staging replaces (stops) the job first.
+REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "staged", "checked")
+# Inputs that only change how the job is followed or described; Ray keeps a job's metadata
+# from its submission, so a metadata change is recorded in the stack only. `job_state` carries
+# a refresh's finding (see _job_state).
+UPDATE_KEYS = (
+    "metadata", "wait_for", "timeout_s", "max_retries", "access", "checkpoint_uri", "run_dir",
+    "export_entrypoint", "export_resources", "model_uri", "version", "job_state",
+)
+INPUT_KEYS = (*REPLACE_KEYS, *UPDATE_KEYS)
+OUTPUT_KEYS = (
+    "status", "message", "start_time", "end_time", "dashboard_path", "metrics", "export_status",
+    "attempts", "last_failure", "state", "first_step_s",
+)
+# What check appends to a refresh's finding, so that the preview reads
+# `jobState: "FAILED at step 12" => "FAILED at step 12; resubmitting"`, or
+# `"SUCCEEDED, model not exported" => "SUCCEEDED, model not exported; exporting"`.
+_RESUBMITTING = "; resubmitting"
+_EXPORTING = "; exporting"
+_NOT_EXPORTED = "SUCCEEDED, model not exported"
+
+
+class GrpoJobProvider(dynamic.ResourceProvider):
+    """CRUD of one Ray job. Pickled into the engine's provider process: builds its own clients.
+
+    `say` receives progress lines (default: pulumi.log.info, i.e. the provider's stderr).
+    """
+
+    def __init__(
+        self, policy: RequestPolicy = RequestPolicy(), say: Callable[[str], None] | None = None
+    ) -> None:
+        self.policy = policy
+        self.say = say
+
+    def check(self, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
+        failures = [dynamic.CheckFailure(key, reason) for key, reason in _input_problems(news)]
+        found = (olds or {}).get("job_state") or ""
+        acted = found.endswith((_RESUBMITTING, _EXPORTING))
+        # An export is only announced if this config still wants one (exportModel may be off).
+        wanted = found != _NOT_EXPORTED or bool(news.get("export_entrypoint"))
+        if found and not acted and wanted:
+            action = _EXPORTING if found == _NOT_EXPORTED else _RESUBMITTING
+            news = {**news, "job_state": found + action}
+        return dynamic.CheckResult(news, failures)
+
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        self._bring_back(props)
+        with open_dashboard(props["access"], self.policy) as dashboard:
+            jobs = RayJobs(dashboard, props["submission_id"], self.policy)
+            progress = self._progress(jobs)
+            _submit_or_adopt(jobs, props, progress)
+            outs = self._follow(jobs, props, progress)
+        return dynamic.CreateResult(props["submission_id"], outs)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        changed = [key for key in INPUT_KEYS if olds.get(key) != news.get(key)]
+        # A refresh found the job FAILED or STOPPED (update resubmits it), or SUCCEEDED without
+        # its model exported (update exports it); see check. A released run is neither.
+        resubmit = olds.get("status") in RESUBMITTABLE
+        exporting = export.export_pending(olds, news)
+        return dynamic.DiffResult(
+            changes=bool(changed) or resubmit or exporting,
+            replaces=[key for key in changed if key in REPLACE_KEYS],
+            delete_before_replace=True,
+        )
+
+    def update(
+        self, _id: str, olds: dict[str, Any], news: dict[str, Any]
+    ) -> dynamic.UpdateResult:
+        released = self._released(news)
+        if released is not None and olds.get("status") not in RESUBMITTABLE:
+            # The run SUCCEEDED and the cluster was released: following or describing it
+            # differently needs no Ray, and must not bring the GPUs back.
+            return dynamic.UpdateResult({**olds, **news, **_from_record(released, olds),
+                                         "job_state": ""})
+        self._bring_back(news)
+        with open_dashboard(news["access"], self.policy) as dashboard:
+            jobs = RayJobs(dashboard, news["submission_id"], self.policy)
+            progress = self._progress(jobs)
+            if olds.get("status") in RESUBMITTABLE:
+                # What the preview announced: the refreshed state said FAILED or STOPPED. Ray is
+                # asked again, so a job someone resubmitted meanwhile is adopted, not doubled.
+                _submit_or_adopt(jobs, news, progress)
+            outs = self._follow(jobs, {**olds, **news}, progress)
+        return dynamic.UpdateResult(outs)
+
+    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
+        released = self._released(props)
+        if released is not None:
+            outs = {**props, **_from_record(released, props)}
+        else:
+            with open_dashboard(props["access"], self.policy) as dashboard:
+                jobs = RayJobs(dashboard, id_, self.policy)
+                info = jobs.info()
+                if info is None:
+                    return dynamic.ReadResult("", {})  # gone from Ray: drop it from the stack
+                observed = _observed(jobs, info, props)
+                observed["export_status"] = (
+                    export.export_status(jobs, props) if info["status"] == "SUCCEEDED"
+                    else props.get("export_status")
+                )
+                outs = {**props, **observed}
+        outs["job_state"] = _job_state(outs)
+        # The inputs the next diff starts from carry the finding (check turns it into the
+        # preview's reason). `access` is left out: it holds the kubeconfig, and inputs a
+        # provider returns are plain values (pulumi/dynamic/__main__.py Read serializes them
+        # without secrets), so it is never handed back where it could lose its secretness.
+        inputs = {key: outs.get(key) for key in INPUT_KEYS if key != "access"}
+        return dynamic.ReadResult(id_, outs, inputs)
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        with open_cluster(props.get("access") or {}, self.policy) as cluster:
+            # Suspended: KubeRay deleted every Ray pod, the head and its jobs included. (On
+            # `pulumi destroy` the supervisor's record is already gone: it is deleted first.)
+            if cluster is not None and cluster.suspended():
+                return
+        try:
+            with open_dashboard(props["access"], self.policy) as dashboard:
+                self._end(RayJobs(dashboard, id_, self.policy))
+        except RayClusterGone as error:
+            # The head Service is gone, so is every job that ran on it.
+            pulumi.log.warn(f"{error}. The Ray cluster no longer exists; removing the job "
+                            "from the stack.")
+        except RayUnreachable as error:
+            # Going on would let the engine create the replacement next to a job that may
+            # still be running on the same GPUs. Nothing is removed from the stack.
+            raise RayAccessError(
+                f"{error}. Could not stop Ray job {id_}, so it may still be running; the stack "
+                "is unchanged. Make the dashboard reachable and run the command again. If the "
+                "Ray cluster no longer exists, remove the job from the stack with `pulumi "
+                "state delete <urn>` (the URN of the GrpoRun resource, from `pulumi stack "
+                "--show-urns`)"
+            ) from error
+
+    def _progress(self, jobs: RayJobs) -> "Progress":
+        return Progress(jobs, self.policy, self.say or pulumi.log.info)
+
+    def _follow(self, jobs: RayJobs, props: dict[str, Any], progress: "Progress") -> dict:
+        info = _wait(jobs, props, self.policy, progress)
+        outs = {**props, **_observed(jobs, info, props), "job_state": ""}
+        outs["first_step_s"] = progress.first_step_s or props.get("first_step_s")
+        outs["export_status"] = props.get("export_status")
+        if info["status"] == "SUCCEEDED" and props.get("export_entrypoint"):
+            outs["export_status"] = export.run_export(jobs, props, self.policy, progress)
+        return outs
+
+    def _end(self, jobs: RayJobs) -> None:
+        """Stop the job (and its export), wait for a terminal status, and delete a FAILED or
+        STOPPED record: the supervisor resubmits only a record it finds (protocol.py). A record
+        that reappears right after (a supervisor tick that was resubmitting at that moment)
+        is ended again; a SUCCEEDED record is kept."""
+        export_job = RayJobs(jobs.dashboard, export.export_id(jobs.submission_id), self.policy)
+        for one in (jobs, export_job):
+            for _ in range(3):
+                info = one.info()
+                if info is None or info["status"] == "SUCCEEDED":
+                    break
+                if info["status"] not in TERMINAL:
+                    one.stop()
+                    deadline = time.monotonic() + self.policy.stop_timeout_s
+                    poll(one, TERMINAL, deadline, self.policy)
+                one.delete()
+                time.sleep(2 * self.policy.poll_min_s)
+
+    def _released(self, props: dict[str, Any]) -> dict[str, Any] | None:
+        """The supervisor's record when it released the cluster after this run, else None."""
+        with open_cluster(props.get("access") or {}, self.policy) as cluster:
+            record = cluster.record() if cluster else None
+            ours = record and record.get("submission_id") == props.get("submission_id")
+            # Still suspended: someone may have resumed the cluster by hand since.
+            if ours and record.get("released") and cluster.suspended():
+                return record
+        return None
+
+    def _bring_back(self, props: dict[str, Any]) -> None:
+        """Resume a RayCluster the supervisor suspended, for the new run, and wait until ready."""
+        with open_cluster(props.get("access") or {}, self.policy) as cluster:
+            if cluster is not None and cluster.suspended():
+                (self.say or pulumi.log.info)(
+                    f"{cluster.ray_cluster}: released after an earlier run; bringing the GPU "
+                    "workers back for this one"
+                )
+                cluster.resume(time.monotonic() + float(props["timeout_s"]))
+
+
+def _from_record(record: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
+    """Outputs from the supervisor's record of a run whose cluster it released."""
+    return {
+        "status": record.get("status") or props.get("status"),
+        "export_status": record.get("export_status") or props.get("export_status"),
+        "attempts": record.get("attempt", 0) + 1,
+        "last_failure": record.get("last_failure") or props.get("last_failure"),
+        "state": protocol.describe(record),
+        "metrics": props.get("metrics"),
+    }
+
+
+def _job_state(observed: dict[str, Any]) -> str:
+    """What a refresh records for the next preview: why update would act, or "" for nothing."""
+    if export.export_pending(observed, observed):
+        return _NOT_EXPORTED
+    if observed["status"] not in RESUBMITTABLE:
+        return ""
+    step = (observed.get("metrics") or {}).get("step")
+    return protocol.failure(observed, step)
+
+
+def _input_problems(news: dict[str, Any]) -> list[tuple[str, str]]:
+    """What check reports; values still unknown (during a preview) are not judged."""
+    known = {key: value for key, value in news.items() if value != rpc.UNKNOWN}
+    problems = [
+        (key, "is required") for key in ("submission_id", "entrypoint") if not news.get(key)
+    ]
+    if "wait_for" in known and known["wait_for"] not in {w.value for w in WaitFor}:
+        problems.append(("wait_for", f"is {known['wait_for']!r}: use "
+                         + ", ".join(w.value for w in WaitFor)))
+    if "timeout_s" in known and not known["timeout_s"] > 0:
+        problems.append(
+            ("timeout_s", f"is {known['timeout_s']!r}: use a positive number of seconds")
+        )
+    access = known.get("access")
+    if isinstance(access, dict) and not access.get("address") and "kubeconfig" not in access:
+        problems.append(
+            ("access", "needs an address, or a kubeconfig with namespace, service and port")
+        )
+    return problems
+
+
+def _submission(props: dict[str, Any]) -> Submission:
+    return Submission(props["entrypoint"], props["runtime_env"], dict(props["metadata"]))
+
+
+def _submit_or_adopt(jobs: RayJobs, props: dict[str, Any], progress: Progress) -> None:
+    """Submit, or adopt the job an earlier, interrupted `pulumi up` (or the supervisor)
+    submitted under this id.
+
+    A FAILED or STOPPED job under this id is submitted again, whatever the retry budget: a
+    `pulumi up` that finds it so is the user's decision (protocol.py). It resumes from the
+    run's checkpoints (trainer.resume_mode=auto). A SUCCEEDED one is adopted as it is.
+    """
+    _stop_others(jobs, props["metadata"], progress)
+    job = _submission(props)
+    if protocol.submit_first(jobs, job):
+        progress.say("submitted")
+        return
+    info = jobs.info() or {}
+    if info.get("entrypoint") != props["entrypoint"]:
+        raise RayAccessError(
+            f"{jobs.where()}: a job with this submission id but another entrypoint exists; "
+            f"remove it with `ray job delete {jobs.submission_id}` and run `pulumi up` again"
+        )
+    if info["status"] in RESUBMITTABLE:
+        _resubmit(jobs, props, info, progress)
+    else:
+        progress.say(f"adopted attempt {protocol.attempt(info)}, {info['status']}")
+
+
+def _resubmit(jobs: RayJobs, props: dict[str, Any], info: dict, progress: Progress) -> None:
+    why = _job_state(_observed_status(jobs, info))
+    progress.say(f"{why}; resubmitting under the same id, resuming from "
+                 f"{props.get('checkpoint_uri') or 'its checkpoints'}")
+    protocol.resubmit(jobs, _submission(props), info, why, progress.say,
+                      jobs.policy.stop_timeout_s, jobs.policy.poll_min_s)
+
+
+def _observed_status(jobs: RayJobs, info: dict) -> dict[str, Any]:
+    return {"status": info["status"], "metrics": tail_metrics(jobs, None, jobs.policy, info)}
+
+
+def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) -> None:
+    """Stop every other live job of this stack and resource, and wait until each has stopped.
+
+    Such a job is this resource's own earlier run whose record left the stack (a lost state, a
+    `pulumi state delete`, an interrupted replace): it holds the GPUs the new run needs.
+    """
+    keys = (protocol.STACK_KEY, protocol.RESOURCE_KEY)
+    mine = {key: metadata[key] for key in keys if key in metadata}
+    if len(mine) < 2:
+        return
+    others = [
+        job for job in jobs.live_jobs(mine)
+        if job.get("submission_id")
+        not in (jobs.submission_id, export.export_id(jobs.submission_id))
+    ]
+    deadline = time.monotonic() + jobs.policy.stop_timeout_s
+    for job in others:
+        other = job["submission_id"]
+        progress.say(f"stopping {other}, an earlier run of the same stack and resource that "
+                     f"is still {job['status']}")
+        jobs.stop_other(other)
+        while (status := (jobs.info_of(other) or {"status": "STOPPED"})["status"]) not in TERMINAL:
+            if time.monotonic() > deadline:
+                raise RayAccessError(
+                    f"{jobs.where()}: job {other} of the same stack and resource is still "
+                    f"{status} {jobs.policy.stop_timeout_s:g}s after it was asked to stop; "
+                    f"nothing was submitted. Stop it with `ray job stop --address "
+                    f"<the dashboard> {other}` and run `pulumi up` again"
+                )
+            time.sleep(jobs.policy.poll_min_s)
+        progress.say(f"{other} has stopped ({status})")
+
+
+def _wait(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: Progress) -> dict:
+    """Follow the job until `wait_for`, resubmitting a FAILED job while the budget lasts.
+
+    A job is reported as having reached its target only if a status read after the target was
+    seen still says so: however fast a job fails, it is never reported running.
+    """
+    wait_for = WaitFor(props["wait_for"])
+    deadline = time.monotonic() + props["timeout_s"]
+    budget = int(props.get("max_retries") or 0)
+    while True:
+        info = _poll_target(jobs, wait_for, deadline, policy, progress)
+        if info["status"] not in TERMINAL or info["status"] in _REACHED[wait_for]:
+            if wait_for is WaitFor.SUBMITTED:
+                return info
+            confirmed = jobs.info() or info
+            if confirmed["status"] not in RESUBMITTABLE:
+                return confirmed
+            info = confirmed
+        if info["status"] == "FAILED" and protocol.may_retry(info, budget):
+            progress.say(f"retry {protocol.attempt(info) + 1} of {budget} "
+                         "(verl-gke:job.maxRetries)")
+            _resubmit(jobs, props, info, progress)
+            continue
+        attempts = protocol.attempt(info)
+        spent = f" after {attempts} of {budget} retries" if budget else ""
+        raise RayAccessError(
+            f"{jobs.where()} ended {info['status']}{spent} ({short(info.get('message'))}) "
+            f"before reaching {wait_for.value}. Last log lines:\n{log_tail(jobs, info)}\n"
+            "Fix the cause, then run `pulumi up --refresh`: it submits the job again under the "
+            "same id and verl resumes from the run's last checkpoint"
+        )
+
+
+def _poll_target(
+    jobs: RayJobs, wait_for: WaitFor, deadline: float, policy: RequestPolicy,
+    progress: Progress,
+) -> dict:
+    """Poll until the target is seen or the job is terminal; reads the log tail for first-step.
+    RUNNING counts once it has lasted policy.confirm_running_s."""
+    if wait_for is WaitFor.RUNNING:
+        info = poll(jobs, _REACHED[wait_for] | TERMINAL, deadline, policy, progress.seen)
+        if info["status"] != "RUNNING":
+            return info
+        time.sleep(policy.confirm_running_s)
+        return jobs.info() or info
+    if wait_for is not WaitFor.FIRST_STEP:
+        return poll(jobs, _REACHED[wait_for] | TERMINAL, deadline, policy, progress.seen)
+    reached: dict[str, Any] = {}
+
+    def seen(info: dict) -> None:
+        log = jobs.log_tail(policy.log_tail_lines, info) if info["status"] == "RUNNING" else None
+        progress.seen(info, log)
+        if log is not None and last_metrics(log):
+            reached.update(info)
+
+    def done(info: dict) -> bool:
+        return bool(reached) or info["status"] in TERMINAL
+
+    return poll(jobs, frozenset(), deadline, policy, seen, until=done)
+
+
+def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
+    metadata = info.get("metadata") or {}
+    metrics = tail_metrics(jobs, props.get("metrics"), jobs.policy, info)
+    return {
+        "status": info["status"],
+        "message": short(info.get("message")),
+        "start_time": iso(info.get("start_time")),
+        "end_time": iso(info.get("end_time")),
+        "dashboard_path": f"/#/jobs/{jobs.submission_id}",
+        "metrics": metrics,
+        "attempts": protocol.attempt(info) + 1,
+        "last_failure": metadata.get(protocol.LAST_FAILURE_KEY) or props.get("last_failure"),
+        "state": protocol.describe({"status": info["status"], "attempt": protocol.attempt(info),
+                                    "step": (metrics or {}).get("step")}),
+    }
+
+

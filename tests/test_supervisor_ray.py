@@ -1,0 +1,323 @@
+"""The in-cluster supervisor (components/ray/supervisor.py) against a real local Ray.
+
+Each test runs the supervisor's ticks the way its CronJob would, with its own stdlib Ray client
+(RayHttp) and the state ConfigMap and RayCluster kept in files (tests/fakes/cluster.py), which
+the fake kubectl serves to the job's provider: what the supervisor records is what `pulumi
+refresh` reads. The stand-in trainer (tests/fakes/verl_trainer.py) checkpoints and resumes as
+verl does, so "resumes" is checked in the job's own log.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from components.ray import supervisor
+from components.ray.job_provider import PROVIDER_VERSION, GrpoJobProvider
+from components.ray.ray_access import RayAccessError, RequestPolicy
+from components.schema.run import export_command
+from tests.fakes.cluster import FileCluster
+
+FAKES = Path(__file__).parent / "fakes"
+TRAINER = f"{sys.executable} {FAKES / 'verl_trainer.py'}"
+POLICY = RequestPolicy(
+    timeout_s=5, attempts=2, backoff_s=0.1, forward_timeout_s=10,
+    poll_min_s=0.1, poll_max_s=0.3, stop_timeout_s=30, progress_every_s=5,
+)
+KUBECONFIG = "apiVersion: v1\nkind: Config\n"
+RAY_CLUSTER = "test-ray-cluster"
+
+
+def spec_for(ray_head, command: str, **overrides) -> dict:
+    """run.json as supervision.render_spec writes it, with a fresh id and resource."""
+    resource = f"grpo-{uuid.uuid4().hex[:6]}"
+    return {
+        "submission_id": f"verl-gke-test-{resource}-{uuid.uuid4().hex[:12]}",
+        "entrypoint": command,
+        "runtime_env": {"env_vars": {}},
+        "metadata": {"verl-gke-stack": "test", "verl-gke-resource": resource},
+        "export": None,
+        "max_retries": 2,
+        "stall_s": 600,
+        "deadline_s": 3600,
+        "release_gpus": True,
+        "dashboard": ray_head.dashboard_url,
+        "namespace": "verl",
+        "ray_cluster": RAY_CLUSTER,
+        "state": "grpo-supervisor-state",
+        **overrides,
+    }
+
+
+def provider_props(spec: dict, wait_for: str = "submitted", **overrides) -> dict:
+    """The provider's inputs for the same run, reaching Kubernetes through the fake kubectl."""
+    access = {"kubeconfig": KUBECONFIG, "namespace": "verl", "service": "verl-ray-head-svc",
+              "port": 8265, "ray_cluster": RAY_CLUSTER, "state": spec["state"]}
+    export = spec.get("export") or {}
+    return {
+        "submission_id": spec["submission_id"], "entrypoint": spec["entrypoint"],
+        "runtime_env": spec["runtime_env"], "staged": None, "checked": None,
+        "metadata": spec["metadata"], "wait_for": wait_for, "timeout_s": 60,
+        "max_retries": spec["max_retries"], "access": access,
+        "checkpoint_uri": "gs://bucket/checkpoints/grpo-16gpu-0123456789ab",
+        "run_dir": "grpo-16gpu-0123456789ab",
+        "export_entrypoint": export.get("entrypoint"),
+        "export_resources": export.get("resources"),
+        "model_uri": "gs://bucket/checkpoints/grpo-16gpu-0123456789ab/huggingface"
+        if export else None,
+        "version": PROVIDER_VERSION, "job_state": "", **overrides,
+    }
+
+
+@pytest.fixture
+def cluster(tmp_path, ray_head, monkeypatch):
+    """The state ConfigMap and RayCluster, shared by the supervisor and the fake kubectl."""
+    objects = tmp_path / "objects"
+    files = FileCluster(objects, "grpo-supervisor-state", RAY_CLUSTER)
+    monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_KUBECTL_TARGET", f"127.0.0.1:{ray_head.dashboard_port}")
+    monkeypatch.setenv("FAKE_KUBECTL_SERVICE", "verl-ray-head-svc")
+    monkeypatch.setenv("FAKE_KUBECTL_LOG", str(tmp_path / "kubectl.jsonl"))
+    monkeypatch.setenv("FAKE_KUBECTL_OBJECTS", str(objects))
+    return files
+
+
+def ticker(ray_head, said: list[str]):
+    def tick(spec: dict, cluster: FileCluster) -> dict:
+        return supervisor.tick(spec, lambda sid: supervisor.RayHttp(
+            ray_head.dashboard_url, sid, timeout_s=5, settle_s=30), cluster, said.append)
+    return tick
+
+
+def record_of(ray_head, sid: str) -> dict | None:
+    reply = requests.get(f"{ray_head.dashboard_url}/api/jobs/{sid}", timeout=10)
+    return None if reply.status_code == 404 else reply.json()
+
+
+def wait_status(ray_head, sid: str, statuses: set[str], timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = record_of(ray_head, sid)
+        if info and info["status"] in statuses:
+            return info
+        time.sleep(0.2)
+    raise AssertionError(f"{sid} never reached {statuses}: {record_of(ray_head, sid)}")
+
+
+def submit(ray_head, spec: dict) -> None:
+    """Attempt 0, as `pulumi up` submits it."""
+    GrpoJobProvider(POLICY, say=lambda _: None).create(provider_props(spec))
+
+
+def port_forwards(tmp_path: Path) -> int:
+    """How many port-forwards the fake kubectl has opened so far."""
+    log = tmp_path / "kubectl.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return sum("port-forward" in line for line in lines)
+
+
+def stop(ray_head, sid: str) -> None:
+    requests.post(f"{ray_head.dashboard_url}/api/jobs/{sid}/stop", timeout=10)
+
+
+def test_a_failed_run_is_resubmitted_under_its_id_and_resumes(ray_head, cluster, tmp_path):
+    """FAILED after `pulumi up` returned: the next tick resubmits it under the same id as
+    attempt 1, which resumes from the checkpoint attempt 0 saved; refresh shows the attempts
+    and the last failure from Ray's record."""
+    said: list[str] = []
+    tick = ticker(ray_head, said)
+    ckpt = tmp_path / "ckpt"
+    spec = spec_for(ray_head, f"{TRAINER} --steps 4 --sleep 0.1 --checkpoint-dir {ckpt} "
+                              f"--fail-once {tmp_path / 'failed'} --fail-at 2")
+    sid = spec["submission_id"]
+    submit(ray_head, spec)
+    wait_status(ray_head, sid, {"FAILED"})
+
+    record = tick(spec, cluster)
+    assert record["attempt"] == 1 and record["last_failure"].startswith("FAILED")
+    done = wait_status(ray_head, sid, {"SUCCEEDED"})
+    assert done["metadata"]["verl-gke-attempt"] == "1"
+    log = requests.get(f"{ray_head.dashboard_url}/api/jobs/{sid}/logs", timeout=10).json()
+    assert f"Load from checkpoint folder: {ckpt}/global_step_2" in log["logs"]
+
+    refreshed = GrpoJobProvider(POLICY, say=lambda _: None).read(sid, provider_props(spec))
+    assert refreshed.outs["attempts"] == 2
+    assert refreshed.outs["last_failure"] == record["last_failure"]
+    assert refreshed.outs["status"] == "SUCCEEDED"
+
+
+def test_the_retry_budget_is_shared_and_a_spent_one_leaves_the_run_failed(ray_head, cluster):
+    """maxRetries bounds every attempt, by whoever submits it: with 1, one resubmission, then
+    the supervisor gives up and says so."""
+    said: list[str] = []
+    tick = ticker(ray_head, said)
+    spec = spec_for(ray_head, f"{TRAINER} --steps 1 --sleep 0 --fail", max_retries=1)
+    sid = spec["submission_id"]
+    submit(ray_head, spec)
+    wait_status(ray_head, sid, {"FAILED"})
+    assert tick(spec, cluster)["attempt"] == 1
+    wait_status(ray_head, sid, {"FAILED"})
+    record = tick(spec, cluster)
+    assert record["attempt"] == 1 and "retry budget of 1 spent" in record["state"]
+    assert record_of(ray_head, sid)["metadata"]["verl-gke-attempt"] == "1"
+
+
+def test_a_stalled_run_is_stopped_counted_as_failed_and_resubmitted(ray_head, cluster):
+    """No new step for stall_s (here: no first step): the tick stops the attempt and records
+    why; the next tick resubmits it, because that stop was the supervisor's own."""
+    said: list[str] = []
+    tick = ticker(ray_head, said)
+    spec = spec_for(ray_head, f"{TRAINER} --steps 2 --sleep 60", stall_s=6, max_retries=1)
+    sid = spec["submission_id"]
+    submit(ray_head, spec)
+    wait_status(ray_head, sid, {"RUNNING"})
+    assert tick(spec, cluster).get("stopped") is None  # within stall_s: left running
+    time.sleep(6.5)
+    record = tick(spec, cluster)
+    assert record["stopped"]["reason"] == "no new step for 6 s before its first step"
+    assert record_of(ray_head, sid)["status"] == "STOPPED"
+
+    record = tick(spec, cluster)
+    assert record["attempt"] == 1
+    assert record["last_failure"] == "no new step for 6 s before its first step"
+    wait_status(ray_head, sid, {"PENDING", "RUNNING"})
+    stop(ray_head, sid)
+
+
+def test_a_run_stopped_by_someone_else_or_past_its_deadline_is_not_resubmitted(
+    ray_head, cluster
+):
+    """A STOPPED record the supervisor did not stop (a person, `pulumi destroy`) is left alone;
+    a run past its wall-clock deadline is stopped for good."""
+    said: list[str] = []
+    tick = ticker(ray_head, said)
+    spec = spec_for(ray_head, f"{TRAINER} --steps 100 --sleep 0.5")
+    sid = spec["submission_id"]
+    submit(ray_head, spec)
+    wait_status(ray_head, sid, {"RUNNING"})
+    stop(ray_head, sid)
+    wait_status(ray_head, sid, {"STOPPED"})
+    record = tick(spec, cluster)
+    assert record["attempt"] == 0 and "stopped by someone else" in record["state"]
+
+    late = spec_for(ray_head, f"{TRAINER} --steps 100 --sleep 0.5", deadline_s=1)
+    submit(ray_head, late)
+    wait_status(ray_head, late["submission_id"], {"RUNNING"})
+    time.sleep(1.2)
+    record = tick(late, cluster)
+    assert "deadline of" in record["state"]
+    assert record_of(ray_head, late["submission_id"])["status"] == "STOPPED"
+    assert tick(late, cluster)["attempt"] == 0  # no retry after a deadline
+
+
+def test_a_succeeded_run_is_exported_on_its_resources_then_the_gpus_are_released(
+    ray_head, cluster, tmp_path
+):
+    """SUCCEEDED: one tick submits the export with its entrypoint resources, a later one, once
+    the export SUCCEEDED, suspends the RayCluster. Refresh then reports the run from the
+    supervisor's record (the head is gone with the pods), proposes nothing, and delete does
+    not need Ray."""
+    said: list[str] = []
+    tick = ticker(ray_head, said)
+    root = tmp_path / "checkpoints"
+    run_dir = "grpo-16gpu-0123456789ab"
+    command = f"{TRAINER} --steps 2 --sleep 0 --checkpoint-dir {root / run_dir}"
+    merge = export_command(run_dir, merger=f"{sys.executable} {FAKES / 'model_merger.py'}",
+                           root=str(root), workdir=str(tmp_path))
+    # The local head has no GPU: a CPU share stands in for entrypoint_num_gpus to show that
+    # the export is submitted with its resources (Ray records them in the job's details).
+    resources = {"entrypoint_num_cpus": 0.5, "entrypoint_memory": 10_000_000}
+    spec = spec_for(ray_head, command, export={"entrypoint": merge, "resources": resources})
+    sid = spec["submission_id"]
+    submit(ray_head, spec)
+    wait_status(ray_head, sid, {"SUCCEEDED"})
+
+    record = tick(spec, cluster)
+    assert not record.get("released")
+    wait_status(ray_head, f"{sid}-export", {"SUCCEEDED"})
+    # Ray runs an entrypoint inside the job's supervisor actor, scheduled with the entrypoint
+    # resources (job_manager.py submit_job): the actor's required resources are the request.
+    actors = requests.get(f"{ray_head.dashboard_url}/api/v0/actors", timeout=10, params={
+        "filter_keys": "name", "filter_predicates": "=", "detail": "true",
+        "filter_values": f"_ray_internal_job_actor_{sid}-export"}).json()
+    required = actors["data"]["result"]["result"][0]["required_resources"]
+    assert required == {"CPU": 0.5, "memory": 10_000_000}
+    assert (root / run_dir / "huggingface").is_dir()
+
+    record = tick(spec, cluster)
+    assert record["released"] and cluster.suspended() and cluster.suspends == 1
+    assert record["state"] == "SUCCEEDED at step 2, export SUCCEEDED, GPUs released"
+
+    provider = GrpoJobProvider(POLICY, say=lambda _: None)
+    props = provider_props(spec, wait_for="first-step", status="SUCCEEDED")
+    refreshed = provider.read(sid, props)
+    assert refreshed.outs["state"] == record["state"]
+    assert refreshed.outs["export_status"] == "SUCCEEDED" and refreshed.inputs["job_state"] == ""
+    assert provider.diff(sid, refreshed.outs, props).changes is False
+    assert tick(spec, cluster)["released"] and cluster.suspends == 1  # nothing more to do
+    # `pulumi destroy` deletes the supervisor (and its record) first, then the job: a suspended
+    # RayCluster alone tells delete that nothing runs, and it asks no Ray (no port-forward).
+    cluster.state_path.unlink()
+    forwards = port_forwards(tmp_path)
+    provider.delete(sid, refreshed.outs)
+    assert port_forwards(tmp_path) == forwards
+
+
+def test_a_new_run_brings_released_gpus_back(ray_head, cluster):
+    """After a release, creating the next run (another submission id) resumes the RayCluster
+    before it submits."""
+    cluster.save({"submission_id": "verl-gke-test-old", "released": True, "status": "SUCCEEDED"})
+    cluster.suspend()
+    spec = spec_for(ray_head, f"{TRAINER} --steps 1 --sleep 0")
+    said: list[str] = []
+    GrpoJobProvider(POLICY, say=said.append).create(provider_props(spec, wait_for="succeeded"))
+    assert not cluster.suspended()
+    assert any("bringing the GPU workers back" in line for line in said)
+
+
+def test_provider_and_supervisor_acting_at_once_run_one_attempt_at_a_time(
+    ray_head, cluster, tmp_path
+):
+    """`pulumi up` following a failing run (its own retries) while the supervisor ticks as fast
+    as it can: never two attempts at once (each attempt holds a lock file the whole time it
+    runs), one record under the id, and the shared budget: exactly maxRetries + 1 attempts."""
+    said: list[str] = []
+    tick = ticker(ray_head, said)
+    lock, overlaps = tmp_path / "lock", tmp_path / "overlaps"
+    # flock exits 75 when another attempt holds the lock (util-linux flock -E).
+    command = (f"flock -n -E 75 {lock} {TRAINER} --steps 2 --sleep 0.3 --fail || "
+               f"{{ [ $? -eq 75 ] && echo overlap >> {overlaps}; exit 1; }}")
+    spec = spec_for(ray_head, command, max_retries=3)
+    sid = spec["submission_id"]
+    done = threading.Event()
+    errors: list[Exception] = []
+
+    def supervise() -> None:
+        while not done.is_set():
+            try:
+                tick(spec, cluster)
+            except Exception as error:  # noqa: BLE001 - reported by the assertion below
+                errors.append(error)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=supervise)
+    provider = GrpoJobProvider(POLICY, say=said.append)
+    thread.start()
+    try:
+        with pytest.raises(RayAccessError, match="ended FAILED after 3 of 3 retries"):
+            provider.create(provider_props(spec, wait_for="succeeded", max_retries=3))
+    finally:
+        done.set()
+        thread.join(timeout=60)
+    assert errors == []
+    assert not overlaps.exists(), overlaps.read_text()
+    jobs = requests.get(f"{ray_head.dashboard_url}/api/jobs/", timeout=10).json()
+    assert sum(job["submission_id"] == sid for job in jobs) == 1
+    assert record_of(ray_head, sid)["metadata"]["verl-gke-attempt"] == "3"
