@@ -93,23 +93,30 @@ def test_curve_through_the_ray_dashboard(ray_job, tmp_path):
     assert_png_holds_the_series(tmp_path / "curve.png")
 
 
-def test_curve_of_a_stack_port_forwards_like_the_provider(ray_job, tmp_path):
-    """--stack (make curve STACK=...): outputs from `pulumi stack output`, the log through
-    `kubectl port-forward` with the stack's kubeconfig, as the GrpoJob provider reaches Ray."""
-    head, _ = ray_job
+def _deployed_stack(head, tmp_path) -> dict[str, str]:
+    """The env of the fake `pulumi` and `kubectl` (tests/fakes) for a deployed a4 stack whose
+    head Service forwards to the test's Ray head."""
     outputs = {
         "kubeconfig": "apiVersion: v1\nkind: Config\n",
         "rayCluster": {"namespace": "verl", "headService": "b200-ray-cluster-head-svc", "dashboardPort": 8265},
         "job": {"submissionId": SUBMISSION_ID},
     }
     (tmp_path / "outputs.json").write_text(json.dumps(outputs))
-    env = {
+    return {
         "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
         "FAKE_PULUMI_STACK": "a4", "FAKE_PULUMI_OUTPUTS": str(tmp_path / "outputs.json"),
         "FAKE_KUBECTL_TARGET": f"127.0.0.1:{head.dashboard_port}",
         "FAKE_KUBECTL_SERVICE": "b200-ray-cluster-head-svc",
         "FAKE_KUBECTL_LOG": str(tmp_path / "kubectl.jsonl"),
     }
+
+
+def test_curve_of_a_stack_port_forwards_like_the_provider(ray_job, tmp_path):
+    """--stack (make curve STACK=...): outputs from `pulumi stack output`, the log through
+    `kubectl port-forward` with the stack's kubeconfig, as the GrpoJob provider reaches Ray."""
+    head, _ = ray_job
+    env = _deployed_stack(head, tmp_path)
+
     done = run_curve("--stack", "a4", "--out", str(tmp_path / "curve.png"), env=env)
     assert done.returncode == 0, done.stderr
     assert_png_holds_the_series(tmp_path / "curve.png")
@@ -131,20 +138,8 @@ def test_make_logs_follows_the_job_through_the_providers_port_forward(ray_job, t
     """`make logs STACK=a4`: the same outputs and port-forward as `make curve --stack`; the
     whole driver log is printed, then the job's terminal status, and the exit code says it."""
     head, log = ray_job
-    outputs = {
-        "kubeconfig": "apiVersion: v1\nkind: Config\n",
-        "rayCluster": {"namespace": "verl", "headService": "b200-ray-cluster-head-svc", "dashboardPort": 8265},
-        "job": {"submissionId": SUBMISSION_ID},
-    }
-    (tmp_path / "outputs.json").write_text(json.dumps(outputs))
-    env = {
-        **os.environ,
-        "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}",
-        "FAKE_PULUMI_STACK": "a4", "FAKE_PULUMI_OUTPUTS": str(tmp_path / "outputs.json"),
-        "FAKE_KUBECTL_TARGET": f"127.0.0.1:{head.dashboard_port}",
-        "FAKE_KUBECTL_SERVICE": "b200-ray-cluster-head-svc",
-        "FAKE_KUBECTL_LOG": str(tmp_path / "kubectl.jsonl"),
-    }
+    env = {**os.environ, **_deployed_stack(head, tmp_path)}
+
     done = subprocess.run([sys.executable, "-m", "tools.logs", "--stack", "a4", "--interval", "0.2"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr

@@ -170,6 +170,8 @@ _TYPES = {
     "ConfigMap": k8s.core.v1.ConfigMap,
     "CronJob": k8s.batch.v1.CronJob,
 }
+# Top-level keys whose Python argument name differs.
+_FIELDS = {"roleRef": "role_ref"}
 
 
 class RunSupervisor(pulumi.ComponentResource):
@@ -196,14 +198,3 @@ class RunSupervisor(pulumi.ComponentResource):
         self.name = name
         self.state_config_map = state_name(name)
         self.register_outputs({"name": self.name, "stateConfigMap": self.state_config_map})
-
-
-_TYPES = {
-    "ServiceAccount": k8s.core.v1.ServiceAccount,
-    "Role": k8s.rbac.v1.Role,
-    "RoleBinding": k8s.rbac.v1.RoleBinding,
-    "ConfigMap": k8s.core.v1.ConfigMap,
-    "CronJob": k8s.batch.v1.CronJob,
-}
-# Top-level keys whose Python argument name differs.
-_FIELDS = {"roleRef": "role_ref"}
