@@ -21,12 +21,17 @@ dev: $(VENV)/.dev-installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# pip byte-compiles what it installs on one core; compileall does it on every core, which takes
+# a fresh clone's first `make plan` from about 60 s to about 50 s here (pulumi-gcp alone is ~100 MB
+# of Python). `|| true`: a few third-party files (templates, Python 2 leftovers) do not compile.
 $(VENV)/.tools-installed: requirements.txt requirements-tools.txt | $(PY)
-	$(PIP) -r requirements-tools.txt
+	$(PIP) --no-compile -r requirements-tools.txt
+	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
 	touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.tools-installed requirements-dev.txt policy/requirements.txt
-	$(PIP) -r requirements-dev.txt
+	$(PIP) --no-compile -r requirements-dev.txt
+	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
 	touch $@
 
 policy-venv: $(POLICY_VENV)/.installed
