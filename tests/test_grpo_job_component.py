@@ -8,7 +8,7 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components.ray import export, grpo_job, job_provider
+from components.ray import export, job_provider
 from components.schema import run as grpo_run
 from components.ray.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
 from components.schema.run import GrpoRunConfig

@@ -214,9 +214,9 @@ def page_report() -> str:
     return report(_default_costs(), list_prices())
 
 
-def update_readme(targets: Iterable[tuple[Path, str]] | None = None) -> None:
+def update_readme() -> None:
     """Rewrite the cost-table block of the README (the table) and of docs/cost.md (with sources)."""
-    for path, block in targets or ((README, readme_report()), (COST_PAGE, page_report())):
+    for path, block in ((README, readme_report()), (COST_PAGE, page_report())):
         text = path.read_text(encoding="utf-8")
         if not README_BLOCK.search(text):
             raise ValueError(f"{path}: no <!-- cost-table: ... --> block to rewrite")
