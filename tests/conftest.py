@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -27,22 +28,42 @@ def program(request):
     return stack, mode, inputs, recording
 
 
+# The directory where the session's one Ray head is recorded (tests/local_ray.py shared_head).
+# The first pytest process creates it (the xdist controller, or a run without xdist), and its
+# workers, started after pytest_configure, inherit the variable.
+RAY_SHARE_ENV = "VERL_GKE_TEST_RAY_SHARE"
+_RAY_SHARE = pytest.StashKey[Path]()
+
+
+def pytest_configure(config):
+    if RAY_SHARE_ENV not in os.environ:
+        # A short directory, not tmp_path_factory's: Ray's Unix sockets live under it, and a
+        # path past the 107-byte socket limit (/tmp/pytest-of-<user>/pytest-<n>/... once n has
+        # three digits) makes the dashboard's modules fail to start ("MetricsHead ... EOF").
+        share = Path(tempfile.mkdtemp(prefix="ray-share-", dir="/tmp"))
+        os.environ[RAY_SHARE_ENV] = str(share)
+        config.stash[_RAY_SHARE] = share
+
+
+def pytest_unconfigure(config):
+    share = config.stash.get(_RAY_SHARE, None)
+    if share is not None:
+        from tests.local_ray import stop_shared
+
+        stop_shared(share)
+        shutil.rmtree(share, ignore_errors=True)
+        del os.environ[RAY_SHARE_ENV]
+
+
 @pytest.fixture(scope="session")
 def shared_ray_head():
-    """One private local Ray head for every test module that runs jobs on a real Ray: the
-    training log patterns and curve, the job provider and its lifecycle, the cluster check.
-    Starting a head costs ~8 s; each module uses its own submission ids and resource names."""
-    from tests.local_ray import local_ray
+    """One private local Ray head for every test that runs jobs on a real Ray, in every xdist
+    worker: the training log patterns and curve, the job provider and its lifecycle, the
+    supervisor, the cluster check, the metrics. Starting a head costs ~8 s and ~15 CPU-s;
+    each test uses its own submission ids and resource names, and reads only its own jobs."""
+    from tests.local_ray import shared_head
 
-    # A short temp dir, not tmp_path_factory's: Ray's Unix sockets live under it, and a path
-    # past the 107-byte socket limit (/tmp/pytest-of-<user>/pytest-<n>/... once n has three
-    # digits) makes the dashboard's modules fail to start ("MetricsHead ... EOF from pipe").
-    temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
-    try:
-        with local_ray(temp_dir) as head:
-            yield head
-    finally:
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    return shared_head(Path(os.environ[RAY_SHARE_ENV]))
 
 
 @pytest.fixture(scope="session")

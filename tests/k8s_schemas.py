@@ -54,7 +54,9 @@ def crd_schema(group: str, kind: str, version: str, closed: bool) -> dict[str, A
         path = LOCAL_CRD_DIR / _LOCAL_CRD_FILES[(group, kind)]
     else:
         path = CRD_DIR / _CRD_FILES[(group, kind)]
-    crd = yaml.safe_load(path.read_text())
+    # libyaml's loader where PyYAML has it: the RayCluster CRD (930 kB) takes ~5 s in the
+    # pure-Python loader and under 1 s in the C one, with the same result.
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     served = {v["name"]: v for v in crd["spec"]["versions"]}
     if version not in served:
         raise AssertionError(f"{kind} has no version {version}; CRD serves {sorted(served)}")

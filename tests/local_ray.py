@@ -5,12 +5,14 @@ head is started with `ray start --head --block` in a new session, on free ports,
 `--temp-dir`; ending it terminates exactly the processes that belong to it: the descendants of
 that `ray start` process plus any process whose command line names its temp dir (Ray workers
 carry `--session-dir=<temp dir>/session_...`, which catches job drivers Ray re-parented).
-Linux only: processes are found through /proc (psutil is not a dependency of ray 2.60).
+Linux only: processes are found through /proc (psutil is not a dependency of ray).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import fcntl
 import json
 import os
 import shutil
@@ -28,6 +30,24 @@ from typing import Iterator
 
 RAY = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT_S = 90.0
+# Set in the environment of every process of a test head:
+# - RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: a single-node head whose every process takes 127.0.0.1
+#   as the node's address. Without it, processes that ask Ray for the node's IP
+#   (ray/_private/services.py get_node_ip_address) take the address of the default route's
+#   interface, which on a machine with a default route but no loopback-only setup is not the
+#   head's --node-ip-address, and the dashboard's modules then fail to reach the GCS. The
+#   switch also refuses worker nodes joining, which no test does.
+# - RAY_enable_worker_prestart=0, RAY_prestart_worker_first_driver=0: the raylet keeps idle
+#   Python workers warm for tasks (src/ray/common/ray_config_def.h, ray-project/ray#12052).
+#   A test head runs jobs, whose JobSupervisor actors need workers of their own runtime env,
+#   so the warm ones start, idle out and start again: 2.5 -> 1.9 CPU-seconds per `echo` job
+#   here (the whole machine's /proc/stat over 5 jobs).
+HEAD_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_enable_worker_prestart": "0",
+    "RAY_prestart_worker_first_driver": "0",
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,7 @@ class LocalRay:
     dashboard_url: str  # http://127.0.0.1:<port>
     dashboard_port: int
     gcs_address: str  # 127.0.0.1:<port>, for `ray` CLI commands that need the cluster
+    metrics_port: int  # the node's Prometheus endpoint (--metrics-export-port)
     temp_dir: Path
     pid: int  # the `ray start --block` process
 
@@ -49,7 +70,16 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def local_ray(temp_dir: Path, num_cpus: int = 2) -> Iterator[LocalRay]:
-    """Start a Ray head, wait for its dashboard, yield it, end its processes.
+    """Start a Ray head, wait for its dashboard, yield it, end its processes."""
+    head = start(temp_dir, num_cpus)
+    try:
+        yield head
+    finally:
+        stop(head)
+
+
+def start(temp_dir: Path, num_cpus: int = 2) -> LocalRay:
+    """Start a Ray head and return once its Jobs API answers; `stop` ends it, from any process.
 
     Ray keeps its files in a short directory under the system's temp dir, linked from
     `temp_dir/ray`: its dashboard modules listen on AF_UNIX sockets at
@@ -60,15 +90,6 @@ def local_ray(temp_dir: Path, num_cpus: int = 2) -> Iterator[LocalRay]:
     temp_dir.mkdir(parents=True, exist_ok=True)
     ray_dir = Path(tempfile.mkdtemp(prefix="ray-"))
     (temp_dir / "ray").symlink_to(ray_dir, target_is_directory=True)
-    try:
-        with _local_ray(ray_dir, num_cpus) as head:
-            yield head
-    finally:
-        shutil.rmtree(ray_dir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _local_ray(temp_dir: Path, num_cpus: int) -> Iterator[LocalRay]:
     ports = {
         name: free_port()
         for name in (
@@ -81,37 +102,85 @@ def _local_ray(temp_dir: Path, num_cpus: int) -> Iterator[LocalRay]:
         RAY, "start", "--head", "--block", "--disable-usage-stats",
         "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
         "--include-dashboard=true", f"--num-cpus={num_cpus}", "--num-gpus=0",
-        f"--temp-dir={temp_dir}",
+        f"--temp-dir={ray_dir}",
         # 0 lets each worker bind a random free port instead of the shared 10002-19999 range.
         "--min-worker-port=0", "--max-worker-port=0",
         "--object-store-memory=100000000",
+        # The log monitor streams workers' output to `ray.init` drivers; no test reads it there
+        # (job logs are the JobSupervisor's files, the cluster check's NCCL report a file of its
+        # own), and it re-reads every log file of the session, ~10 CPU-s over a suite's run.
+        "--include-log-monitor=False",
         *(f"--{name}={port}" for name, port in ports.items()),
     ]
-    log = open(temp_dir / "ray-start.log", "wb")  # noqa: SIM115 - closed in finally
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: a single-node head whose every process takes
-        # 127.0.0.1 as the node's address. Without it, processes that ask Ray for the node's IP
-        # (ray/_private/services.py get_node_ip_address) take the address of the default route's
-        # interface, which on a machine with a default route but no loopback-only setup is not
-        # the head's --node-ip-address, and the dashboard's modules then fail to reach the GCS.
-        # The switch also refuses worker nodes joining, which no test does.
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
-    )
-    ray = LocalRay(
+    with open(ray_dir / "ray-start.log", "wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **HEAD_ENV},
+        )
+    head = LocalRay(
         dashboard_url=f"http://127.0.0.1:{ports['dashboard-port']}",
         dashboard_port=ports["dashboard-port"],
         gcs_address=f"127.0.0.1:{ports['port']}",
-        temp_dir=temp_dir,
+        metrics_port=ports["metrics-export-port"],
+        temp_dir=ray_dir,
         pid=process.pid,
     )
     try:
-        _wait_for_jobs_api(ray, process)
-        yield ray
-    finally:
-        end_processes(process.pid, str(temp_dir))
-        process.wait(timeout=30)
-        log.close()
+        _wait_for_jobs_api(head, process)
+    except BaseException:
+        stop(head)
+        raise
+    return head
+
+
+def stop(head: LocalRay) -> None:
+    """End every process of `head` and remove its files. Works from another process than the
+    one that started it: the pytest controller ends the head that a worker started."""
+    end_processes(head.pid, str(head.temp_dir))
+    deadline = time.monotonic() + 30
+    while _alive(head.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shutil.rmtree(head.temp_dir, ignore_errors=True)
+
+
+def shared_head(share: Path) -> LocalRay:
+    """The one head of a test session: whichever process asks first starts it.
+
+    pytest-xdist runs the suite in several worker processes, and each used to start its own
+    head, ~15 CPU-seconds of Ray's processes starting on a two-core machine. The first worker
+    to ask starts it, under an exclusive lock on `share/lock`, and records it in
+    `share/head.json`; the others read the record. A failed start is recorded too, so that the
+    other workers fail at once with its reason instead of each waiting out the timeout.
+    Ending it is left to whoever created `share` (`stop_shared`), after every worker is done.
+    """
+    with open(share / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = share / "head.json"
+        if record.exists():
+            saved = json.loads(record.read_text())
+            if "error" in saved:
+                raise RuntimeError(f"the session's Ray head failed to start: {saved['error']}")
+            return _from_record(saved)
+        try:
+            head = start(share / "head")
+        except Exception as error:
+            record.write_text(json.dumps({"error": str(error)}))
+            raise
+        record.write_text(json.dumps({**dataclasses.asdict(head), "temp_dir": str(head.temp_dir)}))
+        return head
+
+
+def stop_shared(share: Path) -> None:
+    """End the session's head, if a worker started one."""
+    record = share / "head.json"
+    if record.exists():
+        saved = json.loads(record.read_text())
+        if "error" not in saved:
+            stop(_from_record(saved))
+
+
+def _from_record(saved: dict) -> LocalRay:
+    return LocalRay(**{**saved, "temp_dir": Path(saved["temp_dir"])})
 
 
 def _wait_for_jobs_api(ray: LocalRay, process: subprocess.Popen) -> None:

@@ -1,6 +1,6 @@
 """The Ray metrics the dashboard and the GPU-idle alert read exist, with the labels they use.
 
-A real Ray 2.60 head (the shared test head) runs a driver whose actor is named like verl's
+A real Ray head (the shared test head) runs a driver whose actor is named like verl's
 `TaskRunner`; its node's Prometheus endpoint (what Managed Prometheus scrapes on port 8080 in
 the cluster) must export every Ray metric the dashboard references, and `ray_actors` must
 report `Name="TaskRunner", State="ALIVE"` while the actor lives.
@@ -23,13 +23,6 @@ FAKE = Path(__file__).parent / "fakes" / "task_runner.py"
 _ALIVE_TASK_RUNNER = re.compile(r'^ray_actors\{[^}]*Name="TaskRunner"[^}]*State="ALIVE"[^}]*\} ([0-9.]+)', re.M)
 
 
-def metrics_port(head) -> int:
-    """The --metrics-export-port the test head was started with (its `ray start` command)."""
-    command = Path(f"/proc/{head.pid}/cmdline").read_bytes().decode().split("\0")
-    [port] = [a.split("=", 1)[1] for a in command if a.startswith("--metrics-export-port=")]
-    return int(port)
-
-
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
         return reply.read().decode()
@@ -44,7 +37,7 @@ def test_dashboard_ray_metrics_and_the_task_runner_label_exist(shared_ray_head):
         json={"entrypoint": f"{sys.executable} {FAKE} --seconds 60", "submission_id": submission_id},
         timeout=10,
     ).raise_for_status()
-    port = metrics_port(shared_ray_head)
+    port = shared_ray_head.metrics_port
     try:
         deadline = time.monotonic() + 60
         text = ""

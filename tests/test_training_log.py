@@ -32,6 +32,13 @@ TRAINER = f"{sys.executable} {Path(__file__).parent / 'fakes' / 'verl_trainer.py
 GOOD, FAILED = "verl-gke-test-grpo-good", "verl-gke-test-grpo-failed"
 GOOD_STEPS, FAILED_STEPS, NAN_STEP = 4, 2, 3
 METRICS = {m.key: m for m in training_log.log_metrics()}
+# The shipper's tags of this module's two jobs. The head is shared by every xdist worker, so
+# jobs of other modules write while the shipper runs; the counting tests count these only.
+OUR_TAGS = tuple(f"[{kind}-{run}] " for kind in ("job-driver", "supervisor") for run in (GOOD, FAILED))
+
+
+def ours(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith(OUR_TAGS)]
 
 
 def start_shipper(logs_dir: Path, out: Path) -> subprocess.Popen:
@@ -112,8 +119,7 @@ def test_shipper_prints_every_job_log_line_once_tagged_with_its_file(shipped):
         mine = [l[len(tag) + 3:] for l in lines if l.startswith(f"[{tag}] ")]
         assert mine == file_lines, tag
         expected += file_lines
-    ours = [l for l in lines if any(l.startswith(f"[{k}-{r}] ") for k in ("job-driver", "supervisor") for r in (GOOD, FAILED))]
-    assert len(ours) == len(expected)
+    assert len(ours(lines)) == len(expected)
 
 
 def test_restarted_shipper_does_not_ship_old_lines_again(shipped, tmp_path):
@@ -134,7 +140,7 @@ def test_restarted_shipper_does_not_ship_old_lines_again(shipped, tmp_path):
 def test_step_counter_and_label_count_each_runs_steps(shipped):
     """The `steps` metric matches exactly the step lines, and its label is the run."""
     lines, _ = shipped
-    steps = matching(lines, METRICS["steps"])
+    steps = matching(ours(lines), METRICS["steps"])
     runs = [re2.search(METRICS["steps"].tag, l).group(1) for l in steps]
     assert runs.count(GOOD) == GOOD_STEPS and runs.count(FAILED) == FAILED_STEPS
     assert len(runs) == GOOD_STEPS + FAILED_STEPS
@@ -154,7 +160,7 @@ def test_value_extractors_agree_with_the_job_providers_parser(shipped, verl_key)
     metric = METRICS[key]
     assert re2.compile(metric.value).groups == 1
     seen = 0
-    for line in matching(lines, metric):
+    for line in matching(ours(lines), metric):
         parsed = last_metrics(line)
         found = re2.search(metric.value, line)
         if verl_key in parsed:
@@ -170,7 +176,7 @@ def test_value_extractors_agree_with_the_job_providers_parser(shipped, verl_key)
 def test_nan_reward_counter_matches_only_the_nan_step(shipped):
     """`reward_nan` counts the one step whose reward is NaN, in the run that logged it."""
     lines, _ = shipped
-    hits = matching(lines, METRICS["reward_nan"])
+    hits = matching(ours(lines), METRICS["reward_nan"])
     assert len(hits) == 1 and f"step:{NAN_STEP} - " in hits[0]
     assert re2.search(METRICS["reward_nan"].tag, hits[0]).group(1) == GOOD
 
@@ -179,7 +185,7 @@ def test_failure_counter_matches_the_failed_run_only(shipped):
     """`job_failures` matches the supervisor's non-zero exit line of the failed run, not the
     successful run's exit 0."""
     lines, _ = shipped
-    hits = matching(lines, METRICS["job_failures"])
+    hits = matching(ours(lines), METRICS["job_failures"])
     assert [re2.search(METRICS["job_failures"].tag, l).group(1) for l in hits] == [FAILED]
     assert any(f"[supervisor-{GOOD}]" in l and "exited with code 0" in l for l in lines)
 

