@@ -20,7 +20,7 @@ import pytest
 import requests
 from PIL import Image
 
-from tools import curve
+from tools import cli, curve
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKES = Path(__file__).parent / "fakes"
@@ -50,11 +50,22 @@ def ray_job(shared_ray_head):
     yield head, log
 
 
-def run_curve(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tools.curve", *args], cwd=ROOT, capture_output=True,
-        text=True, timeout=120, env={**os.environ, **(env or {})},
-    )
+@pytest.fixture
+def run_curve(capsys, monkeypatch):
+    """`make curve <args>`: tools/curve.py's main through the entry point's cli.run, in this
+    process (a fresh interpreter costs ~2 CPU-s of imports; test_cli_errors runs the entry
+    point itself), with `env` set as `make` would pass it. Returns exit code, stdout, stderr."""
+    monkeypatch.chdir(ROOT)
+
+    def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        code = cli.run(curve.main, list(args))
+        printed = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, printed.out, printed.err)
+
+    return run
 
 
 def assert_png_holds_the_series(png: Path) -> None:
@@ -76,7 +87,7 @@ def assert_png_holds_the_series(png: Path) -> None:
         assert rgb in pixels, f"no {key} line in the image"
 
 
-def test_curve_from_a_saved_log(ray_job, tmp_path):
+def test_curve_from_a_saved_log(ray_job, tmp_path, run_curve):
     """--log: the real driver log file gives a PNG with all four series."""
     _, log = ray_job
     done = run_curve("--log", str(log), "--out", str(tmp_path / "curve.png"))
@@ -84,7 +95,7 @@ def test_curve_from_a_saved_log(ray_job, tmp_path):
     assert_png_holds_the_series(tmp_path / "curve.png")
 
 
-def test_curve_through_the_ray_dashboard(ray_job, tmp_path):
+def test_curve_through_the_ray_dashboard(ray_job, tmp_path, run_curve):
     """--address: the log comes through the provider's Jobs API client."""
     head, _ = ray_job
     done = run_curve("--address", head.dashboard_url, "--submission-id", SUBMISSION_ID,
@@ -111,7 +122,7 @@ def _deployed_stack(head, tmp_path) -> dict[str, str]:
     }
 
 
-def test_curve_of_a_stack_port_forwards_like_the_provider(ray_job, tmp_path):
+def test_curve_of_a_stack_port_forwards_like_the_provider(ray_job, tmp_path, run_curve):
     """--stack (make curve STACK=...): outputs from `pulumi stack output`, the log through
     `kubectl port-forward` with the stack's kubeconfig, as the GrpoJob provider reaches Ray."""
     head, _ = ray_job
@@ -126,7 +137,7 @@ def test_curve_of_a_stack_port_forwards_like_the_provider(ray_job, tmp_path):
     assert missing.returncode != 0 and "no stack named 'a3u'" in missing.stderr
 
 
-def test_a_log_without_step_lines_is_an_error_not_an_empty_plot(tmp_path):
+def test_a_log_without_step_lines_is_an_error_not_an_empty_plot(tmp_path, run_curve):
     """A log with no step line (the job has not trained yet) fails with a message, no PNG."""
     (tmp_path / "job.log").write_text("Runtime env is setting up.\n")
     done = run_curve("--log", str(tmp_path / "job.log"), "--out", str(tmp_path / "curve.png"))
