@@ -176,15 +176,19 @@ def serve() -> None:
     answers = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)  # children read nothing of the requests
+    os.close(devnull)
     os.dup2(2, 1)  # and an import that prints cannot corrupt the answers
     gc.disable()  # Python docs, gc.freeze: no collections in the parent (see run_batch)
     state = _ServerState(own_path)
-    for line in requests:
-        request = json.loads(line)
-        closing = (requests.fileno(), answers.fileno())
-        codes = state.run_batch(request["commands"], Path(request["scratch"]), request["slots"], closing)
-        answers.write(json.dumps({"returncodes": codes}) + "\n")
-        answers.flush()
+    try:
+        for line in requests:
+            request = json.loads(line)
+            closing = (requests.fileno(), answers.fileno())
+            codes = state.run_batch(request["commands"], Path(request["scratch"]), request["slots"], closing)
+            answers.write(json.dumps({"returncodes": codes}) + "\n")
+            answers.flush()
+    except KeyboardInterrupt:
+        pass  # Ctrl-C reached the whole process group: the client reports it, not this process
 
 
 class _ServerState:
