@@ -201,6 +201,31 @@ def test_a_forked_render_is_the_fresh_interpreters_render(three_stacks, day_two,
     assert (forked_failing.returncode, forked_failing.stderr) == (2, fresh[2].stderr)
 
 
+def test_forked_commands_exit_and_print_as_in_a_fresh_interpreter(tmp_path):
+    """Each forked command gives what `python <argv>` gives: its argv and sys.path[0] (`-c` and
+    `-m`), the exit code of SystemExit with a number or a message, an uncaught exception's
+    traceback from the command's own first frame, runpy's message for a missing module; none
+    finds the server's own `tools`; results come back in order. And they did run forked: the
+    server is their parent."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "main.py").write_text("import sys\nprint(sys.argv[1:], sys.path[0])\nsys.exit(int(sys.argv[1]))\n")
+    commands = [render_fork.Command(argv, tmp_path) for argv in (
+        ("-c", "import sys; print(sys.argv, repr(sys.path[0])); sys.exit(3)", "a"),
+        ("-c", "import sys; sys.exit('a message')"),
+        ("-c", "import tools"),
+        ("-m", "pkg.main", "4"),
+        ("-m", "pkg.missing"),
+    )]
+    forked = render_fork.run_all(commands)
+    fresh = render_fork.run_all(commands, fresh=True)
+    assert [(d.returncode, d.stdout, d.stderr) for d in forked] == [(d.returncode, d.stdout, d.stderr) for d in fresh]
+    assert [d.returncode for d in forked] == [3, 1, 1, 4, 1]
+    assert "ModuleNotFoundError: No module named 'tools'" in forked[2].stderr
+    [parent] = render_fork.run_all([render_fork.Command(("-c", "import os; print(os.getppid())"), tmp_path)])
+    assert int(parent.stdout) == render_fork._server().process.pid
+
+
 @pytest.mark.parametrize(
     ("type_", "path", "expected"),
     [
