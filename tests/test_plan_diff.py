@@ -209,7 +209,8 @@ def test_forked_commands_exit_and_print_as_in_a_fresh_interpreter(tmp_path):
     server is their parent."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
-    (tmp_path / "pkg" / "main.py").write_text("import sys\nprint(sys.argv[1:], sys.path[0])\nsys.exit(int(sys.argv[1]))\n")
+    (tmp_path / "pkg" / "main.py").write_text(
+        "import sys\nprint(sys.argv[1:], sys.path[0])\nsys.exit(int(sys.argv[1]))\n")
     commands = [render_fork.Command(argv, tmp_path) for argv in (
         ("-c", "import sys; print(sys.argv, repr(sys.path[0])); sys.exit(3)", "a"),
         ("-c", "import sys; sys.exit('a message')"),
@@ -219,7 +220,8 @@ def test_forked_commands_exit_and_print_as_in_a_fresh_interpreter(tmp_path):
     )]
     forked = render_fork.run_all(commands)
     fresh = render_fork.run_all(commands, fresh=True)
-    assert [(d.returncode, d.stdout, d.stderr) for d in forked] == [(d.returncode, d.stdout, d.stderr) for d in fresh]
+    shown = lambda results: [(d.returncode, d.stdout, d.stderr) for d in results]  # noqa: E731
+    assert shown(forked) == shown(fresh)
     assert [d.returncode for d in forked] == [3, 1, 1, 4, 1]
     assert "ModuleNotFoundError: No module named 'tools'" in forked[2].stderr
     [parent] = render_fork.run_all([render_fork.Command(("-c", "import os; print(os.getppid())"), tmp_path)])

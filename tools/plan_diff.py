@@ -1,7 +1,8 @@
 """What a change does, offline: `make diff BASE=<git ref> [STACK=a4|a4-autopilot|...]`.
 
 Renders the offline plan (tools/plan.py) of the base commit, each tree with its own program,
-and of the work tree, then prints, per stack, as Markdown (for a terminal, a job summary or a
+and of the work tree (tools/render_plans.py; all at once, forked from one process that imported
+the SDKs: tools/render_fork.py), then prints, per stack, as Markdown (for a terminal, a job summary or a
 pull-request comment):
 
 - resources added, removed, replaced and updated, with each changed input and why a change is

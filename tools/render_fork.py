@@ -123,9 +123,10 @@ class _Server:
             if not answer:
                 raise EOFError(f"the render server exited ({self.process.poll()})")
             codes = json.loads(answer)["returncodes"]
+            out = lambda i, stream: _text(Path(scratch, f"{i}.{stream}"))  # noqa: E731
             return [
-                None if code is None else subprocess.CompletedProcess(
-                    [sys.executable, *c.argv], code, _text(Path(scratch, f"{i}.out")), _text(Path(scratch, f"{i}.err")))
+                None if code is None
+                else subprocess.CompletedProcess([sys.executable, *c.argv], code, out(i, "out"), out(i, "err"))
                 for i, (c, code) in enumerate(zip(commands, codes))
             ]
 

@@ -78,7 +78,8 @@ def render_all(requests: list[RenderRequest]) -> list[Rendered]:
     by the tables."""
     results = render_fork.run_all([r.own() if r.providers else r.plain() for r in requests])
     # Exit 2 is the program's own config error; anything else: no such function in that tree.
-    again = [i for i, (r, done) in enumerate(zip(requests, results)) if r.providers and done.returncode not in (0, 2)]
+    again = [i for i, (r, done) in enumerate(zip(requests, results))
+             if r.providers and done.returncode not in (0, 2)]
     for i, done in zip(again, render_fork.run_all([requests[i].plain() for i in again])):
         results[i] = done
     return [_rendered(r, done) for r, done in zip(requests, results)]
