@@ -1,7 +1,10 @@
 """`make diff` (tools/plan_diff.py): a real change, shown the way a reviewer needs it.
 
-Two trees are rendered by their own program under the mock runtime: a copy of this work tree
-with a changed stack file, and two real commits of this repository (when its history is there).
+Two trees are rendered by their own program under the mock runtime: copies of this work tree
+with changed stack files, and two real commits of this repository (when its history is there).
+The renders are forked from one process that imported the SDKs (tools/render_fork.py); one
+test holds them to what a fresh interpreter writes. Renders are shared through module fixtures:
+each costs about 1.5 s of CPU warm, 7 s cold.
 """
 
 from __future__ import annotations
@@ -9,11 +12,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tools import force_new, plan, plan_diff
+from tools import force_new, mockrun, plan_diff, render_fork
 from tools.plan import ROOT
+from tools.render_plans import RenderRequest
 
 DAY_TWO_BASE = "36a7c82"  # components/ grouped by concern; default names were still "verl"
 DAY_TWO_HEAD = "8d16020"  # day two: names carry the stack, fixed names replaced delete-first
@@ -29,24 +35,34 @@ def _tree(destination, stack_file_extra: str = ""):
     return destination
 
 
+STACKS = ["a4", "a3u", "a4x"]  # a4 changed, a3u absent from the base, a4x the same on both sides
+
+
 @pytest.fixture(scope="module")
-def gpu_change(tmp_path_factory):
-    """a4 moved to another reservation with 4 GPU nodes: the report and its resource changes."""
+def three_stacks(tmp_path_factory):
+    """One diff of two copies of the work tree, rendered as one batch: a4 moved to another
+    reservation with 4 GPU nodes, a3u's stack file removed from the base, a4x unchanged. The
+    report, each stack's section, a4's resource changes, and the scratch directory."""
     scratch = tmp_path_factory.mktemp("diff")
     base = _tree(scratch / "base")
+    (base / "Pulumi.a3u.yaml").unlink()
     head = _tree(scratch / "head", "  verl-gke:gpuNodes: 4\n  verl-gke:reservation: other-reservation\n")
-    report, failed = plan_diff.diff_trees(base, head, ["a4"], scratch)
+    report, failed = plan_diff.diff_trees(base, head, STACKS, scratch)
     # The plans diff_trees rendered, read back for assertions on the structured changes.
     olds, news = (json.loads((scratch / side / "a4" / "plan.json").read_text())["resources"]
                   for side in ("plans-base", "plans-head"))
     providers = json.loads((scratch / "plans-head" / "a4" / plan_diff.PROVIDERS_FILE).read_text())
-    return report, failed, {c.name: c for c in plan_diff.resource_changes(olds, news, providers)}
+    sections = {stack: report[report.index(f"### `{stack}`"):] for stack in STACKS}
+    for before, after in zip(STACKS, STACKS[1:]):
+        sections[before] = sections[before][:sections[before].index(f"### `{after}`")]
+    changes = {c.name: c for c in plan_diff.resource_changes(olds, news, providers)}
+    return report, failed, sections, changes, scratch
 
 
-def test_a_forcenew_field_replaces_the_gpu_pool_delete_first(gpu_change):
+def test_a_forcenew_field_replaces_the_gpu_pool_delete_first(three_stacks):
     """A new reservation is ForceNew on node_config.reservation_affinity: the pool is replaced,
     old one deleted first (fixed name); the pool's ignored initialNodeCount is not shown."""
-    _, failed, changes = gpu_change
+    _, failed, _, changes, _ = three_stacks
     assert not failed
     pool = changes["gpu-pool"]
     assert pool.kind == "replace" and pool.delete_first
@@ -58,43 +74,63 @@ def test_a_forcenew_field_replaces_the_gpu_pool_delete_first(gpu_change):
     assert not any(path.startswith("initialNodeCount") for path in reasons)
 
 
-def test_the_job_and_the_check_are_replaced_delete_first_by_their_providers_own_diff(gpu_change):
+def test_the_job_and_the_check_are_replaced_delete_first_by_their_providers_own_diff(three_stacks):
     """Four nodes change the run's entrypoint (trainer.nnodes) and the cluster check's expected
     inventory: the pickled providers' own diff() says both are replacements, and that the old
     one goes first (their DiffResult.delete_before_replace), which no resource option says.
     Nothing about the cluster, bucket or networks changes."""
-    report, _, changes = gpu_change
+    _, _, sections, changes, _ = three_stacks
     run, check = changes["grpo-run"], changes["cluster-check-run"]
     assert run.kind == "replace" and run.delete_first and run.by_provider
     assert {why for path, _, _, why in run.fields if path == "entrypoint"} == {
         "its provider's diff() replaces on entrypoint"}
     assert check.kind == "replace" and check.delete_first and check.by_provider
     assert ("- **+- replace** `pulumi-python:dynamic/verl-gke:GrpoRun` `grpo-run` "
-            "(delete first, then create)") in report
+            "(delete first, then create)") in sections["a4"]
     assert not {"gke-cluster", "storage-bucket", "networks-rdma", "gke-system-pool"} & set(changes)
 
 
-def test_the_report_shows_manifests_and_outputs(gpu_change):
+def test_the_report_shows_manifests_and_outputs(three_stacks):
     """The RayCluster's worker count as a unified diff of its manifest; hardware.nodes and the
     words of the job's entrypoint that changed among the outputs; a summary of counts first."""
-    report, _, _ = gpu_change
-    assert "### `a4`" in report and "to replace" in report
-    assert "- **+- replace** `gcp:container/nodePool:NodePool` `gpu-pool` (delete first, then create)" in report
-    diff = report[report.index("```diff"):]
+    section = three_stacks[2]["a4"]
+    assert "to replace" in section
+    assert "- **+- replace** `gcp:container/nodePool:NodePool` `gpu-pool` (delete first, then create)" in section
+    diff = section[section.index("```diff"):]
     assert "--- base/a4: ray.io/v1 RayCluster default/b200-ray-cluster" in diff
     assert "-    replicas: 2" in diff and "+    replicas: 4" in diff
     # The entrypoint's checkpoint pruning (issue 18) names the run's directory first.
-    changed = next(line for line in report.splitlines() if line.startswith("- `job.entrypoint`"))
+    changed = next(line for line in section.splitlines() if line.startswith("- `job.entrypoint`"))
     assert changed.startswith("- `job.entrypoint`: words changed: `")
     assert "`trainer.nnodes=2 → trainer.nnodes=4`" in changed
-    assert "- `hardware.nodes`: 2 → 4" in report and "- `hardware.totalGpus`: 16 → 32" in report
+    assert "- `hardware.nodes`: 2 → 4" in section and "- `hardware.totalGpus`: 16 → 32" in section
 
 
-def test_an_unchanged_tree_reports_no_changes(tmp_path):
-    """The same program on both sides: "No changes." and nothing else for the stack."""
-    base = _tree(tmp_path / "base")
-    report, failed = plan_diff.diff_trees(base, base, ["a4x"], tmp_path)
-    assert not failed and report.endswith("### `a4x`\n\nNo changes.\n")
+def test_an_unchanged_stack_reports_no_changes(three_stacks):
+    """The same program and stack file on both sides: "No changes." and nothing else for the
+    stack, while other stacks of the same diff change."""
+    report, failed, sections, _, _ = three_stacks
+    assert not failed and sections["a4x"] == "### `a4x`\n\nNo changes.\n"
+    assert report.endswith(sections["a4x"])
+
+
+def test_a_base_that_cannot_render_shows_everything_as_added(three_stacks):
+    """A stack the base does not have (or whose plan fails): all of the head's resources are
+    'create', with the reason given, instead of a crash."""
+    _, failed, sections, _, _ = three_stacks
+    section = sections["a3u"]
+    assert not failed
+    assert "_The base has no plan for this stack" in section and "no stack file Pulumi.a3u.yaml" in section
+    assert "0 to replace, 0 to update" in section and "to delete**" in section
+
+
+def test_a_head_that_cannot_render_fails_the_diff(tmp_path):
+    """The work tree's own config error is the report's subject and exit 1: the program's
+    message (exit 2) is shown as it printed it, nothing is diffed."""
+    head = _tree(tmp_path / "head", "  verl-gke:gpuNodes: many\n")
+    report, failed = plan_diff.diff_trees(head, head, ["a4"], tmp_path)
+    assert failed and "The work tree's plan failed to render" in report
+    assert "verl-gke:gpuNodes" in report and "many" in report
 
 
 def _has_commits(*refs: str) -> bool:
@@ -105,14 +141,23 @@ def _has_commits(*refs: str) -> bool:
     )
 
 
-@pytest.mark.skipif(not _has_commits(DAY_TWO_BASE, DAY_TWO_HEAD), reason="history not in this clone")
-def test_two_real_commits_show_the_day_two_renames(tmp_path):
+@pytest.fixture(scope="module")
+def day_two(tmp_path_factory):
+    """The diff between two real commits of this repository: the report and the scratch."""
+    if not _has_commits(DAY_TWO_BASE, DAY_TWO_HEAD):
+        pytest.skip("history not in this clone")
+    scratch = tmp_path_factory.mktemp("day-two")
+    base = plan_diff.materialize(DAY_TWO_BASE, scratch / "base")
+    head = plan_diff.materialize(DAY_TWO_HEAD, scratch / "head")
+    report, failed = plan_diff.diff_trees(base, head, ["a4"], scratch)
+    return report, failed, scratch
+
+
+def test_two_real_commits_show_the_day_two_renames(day_two):
     """Between the two commits default names gained the stack: the cluster is replaced because
     of the program's replaceOnChanges, the bucket because the provider cannot rename a bucket,
     left in the cloud (retainOnDelete), and the new guards are created."""
-    base = plan_diff.materialize(DAY_TWO_BASE, tmp_path / "base")
-    head = plan_diff.materialize(DAY_TWO_HEAD, tmp_path / "head")
-    report, failed = plan_diff.diff_trees(base, head, ["a4"], tmp_path)
+    report, failed, _ = day_two
     assert not failed
     assert "- `name`: \"verl\" → \"verl-a4\" — **replaceOnChanges: name**" in report
     assert ("- **+- replace** `gcp:storage/bucket:Bucket` `storage-bucket` (create the new one; the old "
@@ -121,15 +166,66 @@ def test_two_real_commits_show_the_day_two_renames(tmp_path):
     assert "- `clusterName`: \"verl\" → \"verl-a4\"" in report
 
 
-def test_a_base_that_cannot_render_shows_everything_as_added(tmp_path):
-    """A stack the base does not have (or whose plan fails): all of the head's resources are
-    'create', with the reason given, instead of a crash."""
-    base = _tree(tmp_path / "base")
-    (base / "Pulumi.a4x.yaml").unlink()
-    report, failed = plan_diff.diff_trees(base, ROOT, ["a4x"], tmp_path)
-    assert not failed
-    assert "_The base has no plan for this stack" in report and "no stack file Pulumi.a4x.yaml" in report
-    assert "0 to replace, 0 to update" in report and "to delete**" in report
+def _canonical(directory: Path) -> dict[str, Any]:
+    """A render's files as they must agree between any two runs of the same program: every
+    byte, except what the program itself leaves to chance. Two fresh interpreters already differ
+    there: independent resources register concurrently (the mock monitor is called from a
+    thread pool), so plan.json's resource order and manifests.yaml's document order vary, and
+    the plan keeps the last of several answers to one invoke (getProjectService, asked once per
+    API). So: each resource's and each document's exact text, as sorted lists; everything else
+    of plan.json exactly; providers.json's pickles exactly."""
+    plan_document = json.loads((directory / "plan.json").read_text())
+    resources = sorted(json.dumps(r) for r in plan_document.pop("resources"))
+    plan_document["exampleValues"].pop(f"invoke:{mockrun.PROJECT_SERVICE}", None)
+    documents = sorted((directory / "manifests.yaml").read_text().rstrip("\n").split("\n---\n"))
+    providers = directory / plan_diff.PROVIDERS_FILE
+    return {"plan": plan_document, "resources": resources, "documents": documents,
+            "providers": json.loads(providers.read_text()) if providers.exists() else None}
+
+
+def test_a_forked_render_is_the_fresh_interpreters_render(three_stacks, day_two, tmp_path):
+    """The forked renders make diff uses (one process imports the SDKs, a child per render)
+    write what `python -m tools.plan` and the `-c` render_with_providers write in a fresh
+    interpreter: for this tree's head (after the server learned its modules from the base) and
+    for an older commit rendered after this tree's renders (nothing of this tree's `tools` or
+    `components` reaches it); and a failing render's exit code and message are the same too."""
+    scratch = three_stacks[4]
+    head = RenderRequest(scratch / "head", "a4", tmp_path / "head", providers=True)
+    old = RenderRequest(day_two[2] / "base", "a4", tmp_path / "old")
+    failing = RenderRequest(scratch / "base", "a3u", tmp_path / "failing")
+    fresh = render_fork.run_all([head.own(), old.plain(), failing.plain()], fresh=True)
+    forked_failing = render_fork.run_all([failing.plain()])[0]
+    assert [done.returncode for done in fresh] == [0, 0, 2]
+    assert _canonical(scratch / "plans-head" / "a4") == _canonical(tmp_path / "head" / "a4")
+    assert _canonical(day_two[2] / "plans-base" / "a4") == _canonical(tmp_path / "old" / "a4")
+    assert (forked_failing.returncode, forked_failing.stderr) == (2, fresh[2].stderr)
+
+
+def test_forked_commands_exit_and_print_as_in_a_fresh_interpreter(tmp_path):
+    """Each forked command gives what `python <argv>` gives: its argv and sys.path[0] (`-c` and
+    `-m`), the exit code of SystemExit with a number or a message, an uncaught exception's
+    traceback from the command's own first frame, runpy's message for a missing module; none
+    finds the server's own `tools`; results come back in order. And they did run forked: the
+    server is their parent."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "main.py").write_text(
+        "import sys\nprint(sys.argv[1:], sys.path[0])\nsys.exit(int(sys.argv[1]))\n")
+    commands = [render_fork.Command(argv, tmp_path) for argv in (
+        ("-c", "import sys; print(sys.argv, repr(sys.path[0])); sys.exit(3)", "a"),
+        ("-c", "import sys; sys.exit('a message')"),
+        ("-c", "import tools"),
+        ("-m", "pkg.main", "4"),
+        ("-m", "pkg.missing"),
+    )]
+    forked = render_fork.run_all(commands)
+    fresh = render_fork.run_all(commands, fresh=True)
+    shown = lambda results: [(d.returncode, d.stdout, d.stderr) for d in results]  # noqa: E731
+    assert shown(forked) == shown(fresh)
+    assert [d.returncode for d in forked] == [3, 1, 1, 4, 1]
+    assert "ModuleNotFoundError: No module named 'tools'" in forked[2].stderr
+    [parent] = render_fork.run_all([render_fork.Command(("-c", "import os; print(os.getppid())"), tmp_path)])
+    assert int(parent.stdout) == render_fork._server().process.pid
 
 
 @pytest.mark.parametrize(
@@ -207,14 +303,12 @@ def test_every_stack_file_is_a_stack_with_its_autopilot_mode_where_the_target_ha
     assert plan_diff.all_stacks() == ["a3u", "a3u-autopilot", "a4", "a4-autopilot", "a4x"]
 
 
-def test_a_guards_record_change_is_an_update_by_its_own_diff():
+def test_a_guards_record_change_is_an_update_by_its_own_diff(three_stacks):
     """DeletionProtection's provider never replaces: a changed input is an update, decided by
     its pickled diff() rather than a table."""
-    from tests.conftest import rendered
-
-    _, recording = rendered("a4", "standard")
-    providers = plan_diff.pickled_providers(recording)
-    [guard] = [r for r in plan.plan_document("a4", *rendered("a4", "standard"))["resources"]
+    head = three_stacks[4] / "plans-head" / "a4"
+    providers = json.loads((head / plan_diff.PROVIDERS_FILE).read_text())
+    [guard] = [r for r in json.loads((head / "plan.json").read_text())["resources"]
                if r["type"].endswith("DeletionProtection")]
     older = {**guard, "inputs": {**guard["inputs"], "protected": False}}
     [change] = plan_diff.resource_changes([older], [guard], providers)

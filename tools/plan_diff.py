@@ -1,7 +1,8 @@
 """What a change does, offline: `make diff BASE=<git ref> [STACK=a4|a4-autopilot|...]`.
 
 Renders the offline plan (tools/plan.py) of the base commit, each tree with its own program,
-and of the work tree, then prints, per stack, as Markdown (for a terminal, a job summary or a
+and of the work tree (tools/render_plans.py; all at once, forked from one process that imported
+the SDKs: tools/render_fork.py), then prints, per stack, as Markdown (for a terminal, a job summary or a
 pull-request comment):
 
 - resources added, removed, replaced and updated, with each changed input and why a change is
@@ -24,11 +25,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import io
 import json
-import subprocess
 import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +35,9 @@ from typing import Any, Iterator, Mapping
 import yaml
 
 from tools import cli, force_new
+from tools.render_plans import PROVIDERS_FILE, Rendered, RenderRequest, materialize, render_all, split_stack
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("standard", "autopilot")
 SHOWN_VALUE_CHARS = 120
 DYNAMIC_PREFIX = "pulumi-python:dynamic/"
 
@@ -64,17 +62,6 @@ def all_stacks(root: Path = ROOT) -> list[str]:
 
 
 @dataclass
-class Rendered:
-    """One tree's plan of one stack: the plan document and manifests, or why there is none."""
-
-    plan: dict[str, Any] | None = None
-    manifests: str = ""
-    error: str | None = None
-    # URN -> the pickled provider of each dynamic resource (the work tree's plan only).
-    providers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
 class Change:
     urn: str
     type: str
@@ -84,52 +71,6 @@ class Change:
     delete_first: bool = False
     retained: bool = False  # retainOnDelete: a replacement leaves the old object in the cloud
     by_provider: bool = False  # decided by the resource's own dynamic provider's diff()
-
-
-def materialize(ref: str, dest: Path, repo: Path = ROOT) -> Path:
-    """The tree of commit `ref` in `dest` (git archive: no worktree bookkeeping left behind)."""
-    archive = subprocess.run(
-        ["git", "-C", str(repo), "archive", "--format=tar", ref],
-        check=True, capture_output=True,
-    ).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(dest, filter="data")
-    return dest
-
-
-def split_stack(stack: str) -> tuple[str, str | None]:
-    """`a4-autopilot` -> ("a4", "autopilot"); a stack name may itself hold dashes."""
-    name, _, mode = stack.rpartition("-")
-    return (name, mode) if name and mode in MODES else (stack, None)
-
-
-def render(tree: Path, stack: str, out: Path, providers: bool = False) -> Rendered:
-    """Run `tree`'s own program for `stack` ("a4" or "a4-autopilot") into `out`: its
-    tools/plan.py, or, with `providers`, the tree's `render_with_providers` below, which also
-    keeps the pickled dynamic providers. A tree from before that function (an older commit as
-    the head) is rendered by its tools/plan.py, and its dynamic resources judged by the tables."""
-    name, mode = split_stack(stack)
-    plain = [sys.executable, "-m", "tools.plan", "--stack", name, "--out", str(out), "--quiet"]
-    plain += ["--mode", mode] if mode else []
-    result = None
-    if providers:
-        own = [sys.executable, "-c", "import sys; from tools import plan_diff; "
-               "sys.exit(plan_diff.render_with_providers(*sys.argv[1:]))", name, str(out), mode or ""]
-        result = subprocess.run(own, cwd=tree, capture_output=True, text=True)
-    if result is None or result.returncode not in (0, 2):  # 2: the program's own config error
-        result = subprocess.run(plain, cwd=tree, capture_output=True, text=True)
-    directory = out / stack
-    if result.returncode != 0 or not (directory / "plan.json").exists():
-        return Rendered(error=(result.stderr or result.stdout).strip() or f"exit {result.returncode}")
-    kept = directory / PROVIDERS_FILE
-    return Rendered(
-        plan=json.loads((directory / "plan.json").read_text()),
-        manifests=(directory / "manifests.yaml").read_text(),
-        providers=json.loads(kept.read_text()) if providers and kept.exists() else {},
-    )
-
-
-PROVIDERS_FILE = "providers.json"
 
 
 def render_with_providers(stack: str, out: str, mode: str = "") -> int:
@@ -448,9 +389,13 @@ def diff_trees(base_tree: Path, head_tree: Path, stacks: list[str], scratch: Pat
     """The whole Markdown report for `stacks`, and whether the head failed to render."""
     lines = ["## Offline plan diff", ""]
     failed = False
-    for stack in stacks:
-        base = render(base_tree, stack, scratch / "plans-base")
-        head = render(head_tree, stack, scratch / "plans-head", providers=True)
+    renders = render_all([
+        request for stack in stacks for request in (
+            RenderRequest(base_tree, stack, scratch / "plans-base"),
+            RenderRequest(head_tree, stack, scratch / "plans-head", providers=True),
+        )
+    ])
+    for stack, base, head in zip(stacks, renders[::2], renders[1::2]):
         failed |= head.plan is None
         lines += stack_report(stack, base, head)[0]
     return "\n".join(lines), failed
