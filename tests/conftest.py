@@ -70,3 +70,11 @@ def shared_ray_head():
 def ray_head(shared_ray_head):
     """The job provider's tests call it ray_head."""
     return shared_ray_head
+
+
+def pytest_collection_modifyitems(items):
+    """Files with tests on the real Ray head first: they are the suite's longest (they wait for
+    real jobs), and pytest-xdist's loadfile hands out files in collection order, so such a file
+    collected last would leave one worker running it alone at the end. Files stay whole."""
+    on_ray = {item.path for item in items if "shared_ray_head" in getattr(item, "fixturenames", ())}
+    items.sort(key=lambda item: item.path not in on_ray)
