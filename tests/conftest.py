@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import shutil
 import tempfile
@@ -78,3 +79,13 @@ def pytest_collection_modifyitems(items):
     collected last would leave one worker running it alone at the end. Files stay whole."""
     on_ray = {item.path for item in items if "shared_ray_head" in getattr(item, "fixturenames", ())}
     items.sort(key=lambda item: item.path not in on_ray)
+
+
+def pytest_runtest_setup(item):
+    """Freeze what is alive when a test starts (the SDKs' ~400k objects once imported, the
+    cached renders) out of the cyclic collector's reach, gc.freeze(), as the Python docs advise
+    for long-lived heaps. A render allocates enough to trigger full collections, and each one
+    walked that whole heap again: a third of the in-process tests' CPU (test_baseline, day_two,
+    observability, program, config: 38.6 -> 25.7 CPU-s). The price is the cyclic garbage a test
+    leaves behind, frozen with the rest: ~100 MB more peak RSS per worker (253 -> 351 MB)."""
+    gc.freeze()
