@@ -64,3 +64,31 @@ def test_the_plan_freezes_what_exists_before_the_program_runs(monkeypatch, tmp_p
     monkeypatch.setattr(plan, "run_program", lambda *_args, **_kwargs: calls.append("run") or a4)
     assert plan.write_plan("a4", None, tmp_path, quiet=True) == 0
     assert calls == ["freeze", "run"]
+
+
+def test_a_mock_run_sends_no_stack_traces_and_nothing_reads_them():
+    """tools/mockrun.py has the SDK's _get_stack_trace return an empty trace while a program
+    runs under mocks, and puts it back after. That changes nothing the plan shows only as long
+    as the SDK calls it by that module-global name from register_resource and read_resource
+    (else the patch stops working: this fails first) and neither mock monitor reads the
+    request's stackTrace or sourcePosition (else the plan would lose them)."""
+    import inspect
+
+    from pulumi.runtime import mocks as pulumi_mocks
+    from pulumi.runtime import resource as pulumi_resource
+    from pulumi.runtime.proto import source_pb2
+
+    from tools import mockrun
+
+    for function in (pulumi_resource.register_resource, pulumi_resource.read_resource):
+        assert "= _get_stack_trace()" in inspect.getsource(function), function.__name__
+    assert not inspect.signature(pulumi_resource._get_stack_trace).parameters
+    for monitor in (pulumi_mocks.MockMonitor, mockrun.RecordingMonitor):
+        source = inspect.getsource(monitor)
+        assert "stackTrace" not in source and "sourcePosition" not in source, monitor.__name__
+
+    sdk_own = pulumi_resource._get_stack_trace
+    seen = []
+    mockrun.run(lambda: seen.append(pulumi_resource._get_stack_trace))
+    assert seen == [source_pb2.StackTrace] and seen[0]() == source_pb2.StackTrace()
+    assert pulumi_resource._get_stack_trace is sdk_own  # put back after the run

@@ -90,7 +90,7 @@ def render_with_providers(stack: str, out: str, mode: str = "") -> int:
     document = plan.plan_document(stack, inputs, recording)
     (directory / "plan.json").write_text(json.dumps(document, indent=2) + "\n")
     objects = recording.kubernetes_objects()
-    (directory / "manifests.yaml").write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    (directory / "manifests.yaml").write_text(plan.manifests_text(objects))
     (directory / PROVIDERS_FILE).write_text(json.dumps(pickled_providers(recording), indent=2) + "\n")
     return 0
 
