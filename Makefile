@@ -95,9 +95,12 @@ logs: venv
 cost: venv
 	@$(PY) -m tools.cost $(if $(PRICES),--prices $(PRICES),)
 
-## Run the whole test suite (CI calls this through .ci/run).
+## Run the whole test suite (CI calls this through .ci/run). Three workers on two cores: the
+## real-Ray tests spend most of their time waiting for jobs, and the third worker fills it.
+## --no-loadscope-reorder keeps the collection order (tests/conftest.py: the real-Ray files first)
+## instead of xdist's largest-file-first, which left the long Ray files for the end.
 test: dev node
-	$(PY) -m pytest -q -rs -n 2 --dist loadfile tests
+	$(PY) -m pytest -q -rs -n 3 --dist loadfile --no-loadscope-reorder tests
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.
 bench: dev

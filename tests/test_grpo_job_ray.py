@@ -328,7 +328,7 @@ def test_port_forward_path_end_to_end(ray_head, provider, fake_kubectl):
         assert call["argv"][-2:] == ["svc/verl-ray-head-svc", ":8265"]
         assert call["mode"] == "0o600"
         assert not Path(call["kubeconfig"]).exists(), "kubeconfig left on disk"
-    assert not _processes_naming(str(FAKES / "kubectl")), "kubectl left running"
+    assert not _kubectls_logging_to(fake_kubectl), "kubectl left running"
 
 
 def test_port_forward_to_a_missing_service_fails_or_warns_with_kubectls_reason(
@@ -345,11 +345,15 @@ def test_port_forward_to_a_missing_service_fails_or_warns_with_kubectls_reason(
     assert len(warnings) == 1 and "gone-head-svc" in warnings[0]
 
 
-def _processes_naming(marker: str) -> list[int]:
+def _kubectls_logging_to(log: Path) -> list[int]:
+    """The fake kubectl processes this test started: their environment names its log file.
+    (Other xdist workers' tests run the same fake kubectl at the same time.)"""
     found = []
+    mark = f"FAKE_KUBECTL_LOG={log}".encode()
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and marker in (entry / "cmdline").read_bytes().decode():
+            if (entry.name.isdigit() and str(FAKES / "kubectl") in (entry / "cmdline").read_bytes().decode()
+                    and mark in (entry / "environ").read_bytes().split(b"\0")):
                 found.append(int(entry.name))
         except OSError:
             continue
