@@ -73,6 +73,11 @@ def _unset(path: str) -> Callable[[Mapping[str, Any]], bool]:
     return unset
 
 
+def _server_default(path: str, source: str) -> Rule:
+    """A field the program leaves unset and the API fills: read back, never compared."""
+    return Rule(path, SERVER_DEFAULT, source, compared=False, applies=_unset(path))
+
+
 _TF = ("TF bridge: the state is the provider's Read after Create; see the module docstring for "
        "what the diff compares")
 _K8S = ("pulumi-kubernetes Diff compares the live object, pruned to the shape of the last inputs, "
@@ -91,19 +96,18 @@ READBACK: dict[str, ReadBack] = {
              "Optional+Computed+ForceNew (node_config.go:279-284)",
              read=lambda _sent: ABSENT,
              applies=lambda inputs: bool(inputs.get("removeDefaultNodePool"))),
-        Rule("nodePool", SERVER_DEFAULT,
-             "TF resource_container_cluster.go:1714-1718 (Optional+Computed+ForceNew), read from "
-             "cluster.NodePools (:3683): the system and GPU pools once they exist",
-             compared=False, applies=_unset("nodePool")),
-        Rule("clusterIpv4Cidr", SERVER_DEFAULT,
-             "TF resource_container_cluster.go:1023-1027 (Optional+Computed+ForceNew), read :3544",
-             compared=False, applies=_unset("clusterIpv4Cidr")),
-        Rule("nodeVersion", SERVER_DEFAULT,
-             "TF resource_container_cluster.go:1763-1766 (Optional+Computed), read :3541",
-             compared=False, applies=_unset("nodeVersion")),
-        Rule("nodeLocations", SERVER_DEFAULT,
-             "TF resource_container_cluster.go:334 (Optional+Computed), read :3510",
-             compared=False, applies=_unset("nodeLocations")),
+        _server_default("nodePool",
+                        "TF resource_container_cluster.go:1714-1718 (Optional+Computed+ForceNew), "
+                        "read from cluster.NodePools (:3683): the system and GPU pools once they "
+                        "exist"),
+        _server_default("clusterIpv4Cidr",
+                        "TF resource_container_cluster.go:1023-1027 (Optional+Computed+ForceNew), "
+                        "read :3544"),
+        _server_default("nodeVersion",
+                        "TF resource_container_cluster.go:1763-1766 (Optional+Computed), "
+                        "read :3541"),
+        _server_default("nodeLocations",
+                        "TF resource_container_cluster.go:334 (Optional+Computed), read :3510"),
         Rule("network", NORMALISED,
              "TF resource_container_cluster.go:1678-1683: DiffSuppressFunc "
              "CompareSelfLinkOrResourceName (a self link and a relative name are equal)",
@@ -129,25 +133,22 @@ READBACK: dict[str, ReadBack] = {
         Rule("nodeConfig.oauthScopes", NORMALISED,
              "a set hashed by canonical scope (TF node_config.go:2986, StringScopeHashcode)",
              compared=False),
-        Rule("nodeConfig.metadata", SERVER_DEFAULT,
-             "GKE sets disable-legacy-endpoints; TF node_config.go:543-547 (Optional+Computed+ForceNew)",
-             compared=False, applies=_unset("nodeConfig.metadata")),
-        Rule("nodeConfig.diskType", SERVER_DEFAULT,
-             "TF node_config.go:299-302 (Optional+Computed): GKE's default disk",
-             compared=False, applies=_unset("nodeConfig.diskType")),
-        Rule("version", SERVER_DEFAULT,
-             "TF resource_container_node_pool.go:544-548 (Optional+Computed)",
-             compared=False, applies=_unset("version")),
+        _server_default("nodeConfig.metadata",
+                        "GKE sets disable-legacy-endpoints; TF node_config.go:543-547 "
+                        "(Optional+Computed+ForceNew)"),
+        _server_default("nodeConfig.diskType",
+                        "TF node_config.go:299-302 (Optional+Computed): GKE's default disk"),
+        _server_default("version",
+                        "TF resource_container_node_pool.go:544-548 (Optional+Computed)"),
         # initialNodeCount is ignored by the program (the autoscaler owns the count).
     )),
     "gcp:compute/network:Network": ReadBack(_TF, (
-        Rule("routingMode", SERVER_DEFAULT,
-             "TF resource_compute_network.go:265-268 (Optional+Computed)",
-             compared=False, applies=_unset("routingMode")),
+        _server_default("routingMode",
+                        "TF resource_compute_network.go:265-268 (Optional+Computed)"),
     )),
     "gcp:compute/subnetwork:Subnetwork": ReadBack(_TF, (
-        Rule("stackType", SERVER_DEFAULT, "TF resource_compute_subnetwork.go:694-697 (Optional+Computed)",
-             compared=False, applies=_unset("stackType")),
+        _server_default("stackType",
+                        "TF resource_compute_subnetwork.go:694-697 (Optional+Computed)"),
     )),
     "gcp:compute/firewall:Firewall": ReadBack(_TF, (
         Rule("sourceRanges", NORMALISED,
@@ -160,25 +161,22 @@ READBACK: dict[str, ReadBack] = {
     # ports per VM, no dynamic allocation) are server defaults the diff never compares. Sent
     # port settings read back as sent.
     "gcp:compute/routerNat:RouterNat": ReadBack(_TF, (
-        Rule("minPortsPerVm", SERVER_DEFAULT,
-             "TF resource_compute_router_nat.go:434-438 (Optional+Computed; 'Defaults to 64 for "
-             "static port allocation and 32 dynamic port allocation if not set')",
-             compared=False, applies=_unset("minPortsPerVm")),
-        Rule("enableDynamicPortAllocation", SERVER_DEFAULT,
-             "TF resource_compute_router_nat.go:355-358 (Optional+Computed)",
-             compared=False, applies=_unset("enableDynamicPortAllocation")),
-        Rule("enableEndpointIndependentMapping", SERVER_DEFAULT,
-             "TF resource_compute_router_nat.go:367-370 (Optional+Computed)",
-             compared=False, applies=_unset("enableEndpointIndependentMapping")),
+        _server_default("minPortsPerVm",
+                        "TF resource_compute_router_nat.go:434-438 (Optional+Computed; 'Defaults to "
+                        "64 for static port allocation and 32 dynamic port allocation if not set')"),
+        _server_default("enableDynamicPortAllocation",
+                        "TF resource_compute_router_nat.go:355-358 (Optional+Computed)"),
+        _server_default("enableEndpointIndependentMapping",
+                        "TF resource_compute_router_nat.go:367-370 (Optional+Computed)"),
     )),
     "gcp:compute/resourcePolicy:ResourcePolicy": ReadBack(_TF),
     "gcp:storage/bucket:Bucket": ReadBack(_TF, (
         Rule("location", NORMALISED,
              "TF resource_storage_bucket.go:193-199: StateFunc upper-cases it, on both sides",
              compared=False),
-        Rule("softDeletePolicy", SERVER_DEFAULT,
-             "TF resource_storage_bucket.go:602-606 (Optional+Computed): 7 days by default",
-             compared=False, applies=_unset("softDeletePolicy")),
+        _server_default("softDeletePolicy",
+                        "TF resource_storage_bucket.go:602-606 (Optional+Computed): 7 days by "
+                        "default"),
     )),
     "gcp:storage/bucketIAMMember:BucketIAMMember": ReadBack(_TF, (
         Rule("member", NORMALISED,
