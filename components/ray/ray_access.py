@@ -41,6 +41,16 @@ _JOB_MONITOR_PERIOD_S = 1.0
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 
+def _deleted_meanwhile(reply: requests.Response) -> bool:
+    """Ray's answer when another actor (the supervisor, a second `pulumi up`) deleted the record
+    between the head's lookup and its job agent's: the head finds the job and forwards the call
+    (ray/dashboard/modules/job/job_head.py stop_job, delete_job), the agent answers 404 "Job <id>
+    does not exist" (job_agent.py), and the head re-raises that as a 500 whose text reads
+    "Request failed with status code 404: ..." (JobAgentSubmissionClient._raise_error). It
+    means the same as the head's own 404: there is no such record (any more)."""
+    return "Request failed with status code 404" in reply.text
+
+
 @dataclass(frozen=True)
 class RequestPolicy:
     """Timeouts and retries of every call to Ray; the defaults suit a remote GKE cluster."""
@@ -271,7 +281,7 @@ class RayJobs:
 
     def stop(self) -> None:
         """Ask Ray to stop the job; a finished or unknown job is left as it is."""
-        self._request("POST", f"/api/jobs/{self.submission_id}/stop", ok=(200, 404))
+        self._stop(self.submission_id)
 
     def delete(self) -> bool:
         """Remove a finished job's record so that its submission id can be submitted again.
@@ -299,7 +309,7 @@ class RayJobs:
         time.sleep(2 * _JOB_MONITOR_PERIOD_S)
         reply = self._request("DELETE", f"/api/jobs/{self.submission_id}", ok=(200, 404, 500))
         if reply.status_code == 500:
-            if "non-terminal state" in reply.text:
+            if "non-terminal state" in reply.text or _deleted_meanwhile(reply):
                 return False
             self._fail("deleting", reply)
         return reply.status_code == 200
@@ -351,7 +361,12 @@ class RayJobs:
 
     def stop_other(self, submission_id: str) -> None:
         """Ask Ray to stop another job of the same Ray cluster."""
-        self._request("POST", f"/api/jobs/{submission_id}/stop", ok=(200, 404))
+        self._stop(submission_id)
+
+    def _stop(self, submission_id: str) -> None:
+        reply = self._request("POST", f"/api/jobs/{submission_id}/stop", ok=(200, 404, 500))
+        if reply.status_code == 500 and not _deleted_meanwhile(reply):
+            self._fail("stopping", reply)
 
     def info_of(self, submission_id: str) -> dict[str, Any] | None:
         reply = self._request("GET", f"/api/jobs/{submission_id}", ok=(200, 404))

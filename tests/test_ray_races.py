@@ -1,0 +1,109 @@
+"""Ray's answers in races that a real head shows only by chance, replayed by a stub dashboard.
+
+When the supervisor and `pulumi up` resubmit the same run at once, one of them can delete (or
+stop) a record between the Ray head's lookup of it and its job agent's. The head then answers
+500 with the agent's 404 inside; tests/test_supervisor_ray.py's concurrency test met it about
+once in a few runs, and the provider failed the `up` where it should have adopted the other
+actor's attempt. The stub answers what Ray 2.47 answers there, word for word
+(ray/dashboard/modules/job/job_head.py JobAgentSubmissionClient._raise_error around
+job_agent.py's "Job <id> does not exist"), and only that; everything else about the provider
+against Ray is tested against a real head.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import threading
+from typing import Iterator
+
+import pytest
+
+from components.ray import ray_access
+from components.ray.ray_access import FixedDashboard, RayAccessError, RayJobs, RequestPolicy
+
+SID = "verl-gke-test-grpo-abc123-0123456789ab"
+# What the head writes for a failed forward: the traceback of its RuntimeError (job_head.py).
+WRAPPED_404 = (
+    "Traceback (most recent call last):\n"
+    '  File ".../ray/dashboard/modules/job/job_head.py", line 167, in delete_job_internal\n'
+    "    await self._raise_error(resp)\n"
+    "RuntimeError: Request failed with status code 404: Job {sid} does not exist.\n"
+)
+POLICY = RequestPolicy(timeout_s=5, attempts=1, backoff_s=0.1, poll_min_s=0.01)
+
+
+@contextlib.contextmanager
+def stub_dashboard(answers: dict[tuple[str, str], tuple[int, str]]) -> Iterator[str]:
+    """An HTTP server answering (method, path without query) with (status, body); 599 else."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            status, body = answers.get((self.command, self.path.split("?")[0]), (599, "unexpected"))
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def dead_supervisor_and_failed_record() -> dict[tuple[str, str], tuple[int, str]]:
+    """A FAILED record whose supervisor actor is dead: what delete waits for before it deletes."""
+    actors = {"data": {"result": {"result": [{"state": "DEAD"}]}}}
+    return {
+        ("GET", f"/api/jobs/{SID}"): (200, json.dumps({"submission_id": SID, "status": "FAILED"})),
+        ("GET", "/api/v0/actors"): (200, json.dumps(actors)),
+    }
+
+
+@pytest.fixture(autouse=True)
+def no_monitor_wait(monkeypatch):
+    """delete waits two of Ray's job-monitor periods before it deletes; a stub has no monitor."""
+    monkeypatch.setattr(ray_access, "_JOB_MONITOR_PERIOD_S", 0.0)
+
+
+def test_a_record_deleted_by_another_actor_meanwhile_is_not_an_error():
+    """delete() says False ("not removed by this call"), as for the head's own 404, so that the
+    resubmission loop (protocol.py) adopts the other actor's attempt instead of failing up."""
+    answers = dead_supervisor_and_failed_record()
+    answers["DELETE", f"/api/jobs/{SID}"] = (500, WRAPPED_404.format(sid=SID))
+    with stub_dashboard(answers) as url:
+        assert RayJobs(FixedDashboard(url), SID, POLICY).delete() is False
+
+
+def test_a_job_deleted_meanwhile_needs_no_stop():
+    """Stopping a job whose record went between the head's lookup and the agent's is done."""
+    body = WRAPPED_404.format(sid=SID).replace("delete_job_internal", "stop_job_internal")
+    with stub_dashboard({("POST", f"/api/jobs/{SID}/stop"): (500, body)}) as url:
+        jobs = RayJobs(FixedDashboard(url), SID, POLICY)
+        jobs.stop()
+        jobs.stop_other(SID)
+
+
+@pytest.mark.parametrize("method, path, call", [
+    ("DELETE", f"/api/jobs/{SID}", lambda jobs: jobs.delete()),
+    ("POST", f"/api/jobs/{SID}/stop", lambda jobs: jobs.stop()),
+])
+def test_any_other_server_error_still_fails_with_rays_words(method, path, call):
+    """Only the agent's 404 is forgiven: another 500 (here the GCS timing out) fails the call
+    with Ray's text, naming the job."""
+    answers = dead_supervisor_and_failed_record()
+    answers[method, path] = (500, "RuntimeError: GCS call timed out")
+    with stub_dashboard(answers) as url:
+        with pytest.raises(RayAccessError, match=f"{SID}.*answered HTTP 500: RuntimeError: GCS call timed out"):
+            call(RayJobs(FixedDashboard(url), SID, POLICY))
