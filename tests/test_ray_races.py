@@ -1,13 +1,17 @@
 """Ray's answers in races that a real head shows only by chance, replayed by a stub dashboard.
 
-When the supervisor and `pulumi up` resubmit the same run at once, one of them can delete (or
-stop) a record between the Ray head's lookup of it and its job agent's. The head then answers
-500 with the agent's 404 inside; tests/test_supervisor_ray.py's concurrency test met it about
-once in a few runs, and the provider failed the `up` where it should have adopted the other
-actor's attempt. The stub answers what Ray 2.47 answers there, word for word
-(ray/dashboard/modules/job/job_head.py JobAgentSubmissionClient._raise_error around
-job_agent.py's "Job <id> does not exist"), and only that; everything else about the provider
-against Ray is tested against a real head.
+When the supervisor and `pulumi up` resubmit the same run at once, one of them deletes a record
+that the other is using:
+- between the Ray head's lookup of the record and its job agent's, the head answers 500 with the
+  agent's 404 inside (ray/dashboard/modules/job/job_head.py JobAgentSubmissionClient._raise_error
+  around job_agent.py's "Job <id> does not exist"); tests/test_supervisor_ray.py's concurrency
+  test met it about once in a few runs, and the provider failed the `up` where it should have
+  adopted the other actor's attempt;
+- while Ray lists the job table, the list answers aiohttp's bare 500 (common.py get_all_jobs
+  reads each listed key, job_head.py list_jobs fails on the one gone); the suite met it once
+  in tests/test_grpo_job_lifecycle.py.
+The stub answers what Ray 2.47 answers there, word for word, and only that; everything else
+about the provider against Ray is tested against a real head.
 """
 
 from __future__ import annotations
@@ -16,11 +20,11 @@ import contextlib
 import http.server
 import json
 import threading
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
-from components.ray import ray_access
+from components.ray import ray_access, supervisor
 from components.ray.ray_access import FixedDashboard, RayAccessError, RayJobs, RequestPolicy
 
 SID = "verl-gke-test-grpo-abc123-0123456789ab"
@@ -34,13 +38,21 @@ WRAPPED_404 = (
 POLICY = RequestPolicy(timeout_s=5, attempts=1, backoff_s=0.1, poll_min_s=0.01)
 
 
+# What aiohttp answers when a handler raises (aiohttp/web_protocol.py handle_error).
+BARE_500 = "500 Internal Server Error\n\nServer got itself in trouble"
+
+
 @contextlib.contextmanager
-def stub_dashboard(answers: dict[tuple[str, str], tuple[int, str]]) -> Iterator[str]:
-    """An HTTP server answering (method, path without query) with (status, body); 599 else."""
+def stub_dashboard(answers: dict[tuple[str, str], Any]) -> Iterator[str]:
+    """An HTTP server answering (method, path without query) with (status, body), or with each
+    of a list of them in turn, the last one from then on; 599 for anything else."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _answer(self) -> None:
-            status, body = answers.get((self.command, self.path.split("?")[0]), (599, "unexpected"))
+            answer = answers.get((self.command, self.path.split("?")[0]), (599, "unexpected"))
+            if isinstance(answer, list):
+                answer = answer.pop(0) if len(answer) > 1 else answer[0]
+            status, body = answer
             data = body.encode()
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
@@ -53,7 +65,7 @@ def stub_dashboard(answers: dict[tuple[str, str], tuple[int, str]]) -> Iterator[
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -107,3 +119,29 @@ def test_any_other_server_error_still_fails_with_rays_words(method, path, call):
     with stub_dashboard(answers) as url:
         with pytest.raises(RayAccessError, match=f"{SID}.*answered HTTP 500: RuntimeError: GCS call timed out"):
             call(RayJobs(FixedDashboard(url), SID, POLICY))
+
+
+def test_a_job_list_that_failed_on_a_record_deleted_meanwhile_is_asked_again():
+    """live_jobs (create's check for a stray run of the same resource) reads the next list
+    instead of failing the `up` on Ray's bare 500."""
+    job = {"submission_id": SID, "status": "RUNNING", "metadata": {"verl-gke-resource": "grpo"}}
+    answers = {("GET", "/api/jobs/"): [(500, BARE_500), (200, json.dumps([job]))]}
+    with stub_dashboard(answers) as url:
+        jobs = RayJobs(FixedDashboard(url), SID, RequestPolicy(attempts=2, poll_min_s=0.01))
+        assert jobs.live_jobs({"verl-gke-resource": "grpo"}) == [job]
+
+
+def test_a_job_list_that_keeps_failing_fails_with_rays_words():
+    """Past the policy's attempts the 500 is an error, with Ray's text and the job's name."""
+    with stub_dashboard({("GET", "/api/jobs/"): (500, BARE_500)}) as url:
+        jobs = RayJobs(FixedDashboard(url), SID, RequestPolicy(attempts=2, poll_min_s=0.01))
+        with pytest.raises(RayAccessError, match=f"{SID}.*listing jobs answered HTTP 500: 500 Internal"):
+            jobs.live_jobs({})
+
+
+def test_the_supervisor_asks_for_the_job_list_again_too():
+    """The in-cluster supervisor's client (standard library only) does the same."""
+    job = {"submission_id": SID, "status": "PENDING", "metadata": {"verl-gke-resource": "grpo"}}
+    answers = {("GET", "/api/jobs/"): [(500, BARE_500), (200, json.dumps([job]))]}
+    with stub_dashboard(answers) as url:
+        assert supervisor.RayHttp(url, SID).live_jobs({"verl-gke-resource": "grpo"}) == [job]

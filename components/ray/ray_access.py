@@ -351,8 +351,22 @@ class RayJobs:
         return reply.text
 
     def live_jobs(self, metadata: dict[str, str]) -> list[dict[str, Any]]:
-        """Every job not yet finished whose metadata holds all of `metadata`, this one included."""
-        jobs = self._request("GET", "/api/jobs/").json()
+        """Every job not yet finished whose metadata holds all of `metadata`, this one included.
+
+        Ray lists the job table by reading its keys, then each record; a record deleted in
+        between (a resubmission by the supervisor or another `pulumi up`) fails the whole list
+        with a bare 500 (ray/dashboard/modules/job/common.py `get_all_jobs` returns None for it,
+        job_head.py `list_jobs` calls dataclasses.asdict on it). The next listing does not see
+        the deleted key, so the list is asked for again, up to `policy.attempts` times.
+        """
+        for _ in range(self.policy.attempts):
+            reply = self._request("GET", "/api/jobs/", ok=(200, 500))
+            if reply.status_code == 200:
+                break
+            time.sleep(self.policy.poll_min_s)
+        else:
+            self._fail("listing jobs", reply)
+        jobs = reply.json()
         return [
             job for job in jobs
             if job.get("status") not in TERMINAL_STATUSES

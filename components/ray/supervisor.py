@@ -95,7 +95,13 @@ class RayHttp:
         return text if status == 200 else ""
 
     def live_jobs(self, metadata: dict[str, str]) -> list[dict[str, Any]]:
-        _, text = self._call("GET", "/api/jobs/")
+        """Asked again after a 500: a record deleted while Ray lists them (see RayJobs.live_jobs)."""
+        for _ in range(3):
+            status, text = self._call("GET", "/api/jobs/")
+            if status != 500:
+                break
+            time.sleep(0.5)
+        self._check(status, text, "listing jobs")
         return [job for job in json.loads(text)
                 if job.get("status") not in TERMINAL
                 and all((job.get("metadata") or {}).get(k) == v for k, v in metadata.items())]
