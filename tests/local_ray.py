@@ -42,6 +42,9 @@ START_TIMEOUT_S = 90.0
 #   A test head runs jobs, whose JobSupervisor actors need workers of their own runtime env,
 #   so the warm ones start, idle out and start again: 2.5 -> 1.9 CPU-seconds per `echo` job
 #   here (the whole machine's /proc/stat over 5 jobs).
+# - PYTHONPATH: tests/ray_site, whose sitecustomize launches the workers Ray would launch through
+#   its setup_worker.py without that script importing Ray first (its docstring has the figures).
+RAY_SITE = Path(__file__).parent / "ray_site"
 HEAD_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -115,7 +118,8 @@ def start(temp_dir: Path, num_cpus: int = 2) -> LocalRay:
     with open(ray_dir / "ray-start.log", "wb") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, **HEAD_ENV},
+            env={**os.environ, **HEAD_ENV, "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(RAY_SITE), os.environ.get("PYTHONPATH")]))},
         )
     head = LocalRay(
         dashboard_url=f"http://127.0.0.1:{ports['dashboard-port']}",
@@ -177,6 +181,19 @@ def stop_shared(share: Path) -> None:
         saved = json.loads(record.read_text())
         if "error" not in saved:
             stop(_from_record(saved))
+
+
+def list_jobs(dashboard_url: str) -> list[dict]:
+    """Every job record of the head. Ray fails a listing with a bare 500 when a record is deleted
+    while it reads them (components/ray/ray_access.py RayJobs.live_jobs), which on the shared
+    head happens whenever another worker's test resubmits a run; the next listing is whole."""
+    for _ in range(5):
+        with contextlib.suppress(urllib.error.HTTPError):
+            with urllib.request.urlopen(f"{dashboard_url}/api/jobs/", timeout=10) as reply:
+                return json.load(reply)
+        time.sleep(0.2)
+    with urllib.request.urlopen(f"{dashboard_url}/api/jobs/", timeout=10) as reply:
+        return json.load(reply)
 
 
 def _from_record(saved: dict) -> LocalRay:

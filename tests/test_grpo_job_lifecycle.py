@@ -25,6 +25,7 @@ from components.ray.grpo_job import GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RequestPolicy
 from components.schema.run import export_command
 from tests.engine import Engine
+from tests.local_ray import list_jobs
 from tests.tcp_proxy import tcp_proxy
 
 FAKES = Path(__file__).parent / "fakes"
@@ -70,7 +71,7 @@ def inputs(address: str, command: str, wait_for: str = "running", **overrides) -
 
 
 def jobs(ray_head) -> list[dict]:
-    return requests.get(f"{ray_head.dashboard_url}/api/jobs/", timeout=10).json()
+    return list_jobs(ray_head.dashboard_url)
 
 
 def live_for(ray_head, resource: str) -> list[dict]:

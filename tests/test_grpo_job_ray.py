@@ -25,7 +25,7 @@ from pulumi.dynamic.dynamic import serialize_provider
 from components.ray import grpo_job
 from components.ray.grpo_job import GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RayUnreachable, RequestPolicy
-from tests.local_ray import free_port
+from tests.local_ray import free_port, list_jobs
 
 FAKES = Path(__file__).parent / "fakes"
 TRAINER = f"{sys.executable} {FAKES / 'verl_trainer.py'}"
@@ -76,7 +76,7 @@ def ray_job(ray_head, submission_id: str) -> dict | None:
 
 
 def jobs_with_id(ray_head, submission_id: str) -> int:
-    jobs = requests.get(f"{ray_head.dashboard_url}/api/jobs/", timeout=10).json()
+    jobs = list_jobs(ray_head.dashboard_url)
     return sum(job["submission_id"] == submission_id for job in jobs)
 
 

@@ -24,6 +24,7 @@ from components.ray.job_provider import PROVIDER_VERSION, GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RequestPolicy
 from components.schema.run import export_command
 from tests.fakes.cluster import FileCluster
+from tests.local_ray import list_jobs
 
 FAKES = Path(__file__).parent / "fakes"
 TRAINER = f"{sys.executable} {FAKES / 'verl_trainer.py'}"
@@ -318,6 +319,6 @@ def test_provider_and_supervisor_acting_at_once_run_one_attempt_at_a_time(
         thread.join(timeout=60)
     assert errors == []
     assert not overlaps.exists(), overlaps.read_text()
-    jobs = requests.get(f"{ray_head.dashboard_url}/api/jobs/", timeout=10).json()
+    jobs = list_jobs(ray_head.dashboard_url)
     assert sum(job["submission_id"] == sid for job in jobs) == 1
     assert record_of(ray_head, sid)["metadata"]["verl-gke-attempt"] == "3"
