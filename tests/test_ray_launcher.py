@@ -59,17 +59,25 @@ def launchers_exec(argv: list[str], start: dict[str, str], monkeypatch) -> tuple
     return None if target is None else (*target, environment)
 
 
+def rays_context(**fields) -> dict:
+    """A context as Ray's runtime env agent serializes it (RuntimeEnvContext.serialize): every
+    field Ray has, so that one it adds fails these tests instead of quietly sending every
+    worker back through setup_worker.py."""
+    from ray._private.runtime_env.context import RuntimeEnvContext
+
+    return json.loads(RuntimeEnvContext(**fields).serialize())
+
+
 CONTEXTS = {
-    "a job's supervisor": {
-        "command_prefix": [], "py_executable": "/work/main/.venv/bin/python",
-        "env_vars": {"HF_HOME": "/tmp/hf", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
-                     "RAY_worker_niceness": "0"},
-        "override_worker_entrypoint": None, "java_jars": []},
-    "variables that name others": {
-        "env_vars": {"PATH": "/opt/bin:${PATH}", "GONE": "a${VERL_GKE_NOT_SET}b", "Q": "it's \"x\""}},
-    "a command prefix and another entrypoint": {
-        "command_prefix": ["source", "/tmp/env/bin/activate", "&&"],
-        "override_worker_entrypoint": "/srv/default_worker.py", "py_executable": "/srv/py"},
+    "a job's supervisor": rays_context(
+        py_executable="/work/main/.venv/bin/python",
+        env_vars={"HF_HOME": "/tmp/hf", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+                  "RAY_worker_niceness": "0"}),
+    "variables that name others": rays_context(
+        env_vars={"PATH": "/opt/bin:${PATH}", "GONE": "a${VERL_GKE_NOT_SET}b", "Q": "it's \"x\""}),
+    "a command prefix and another entrypoint": rays_context(
+        command_prefix=["source", "/tmp/env/bin/activate", "&&"],
+        override_worker_entrypoint="/srv/default_worker.py", py_executable="/srv/py"),
     "an empty context": {},
 }
 
@@ -85,7 +93,7 @@ def test_the_launcher_execs_what_ray_execs_with_the_same_environment(context, mo
 
 @pytest.mark.parametrize("argv", [
     raylet_argv(CONTEXTS["a job's supervisor"], language="JAVA"),
-    raylet_argv({**CONTEXTS["an empty context"], "container": {"image": "x"}}),
+    raylet_argv({**CONTEXTS["a job's supervisor"], "container": {"image": "x"}}),
     ["/srv/default_worker.py", "--language=PYTHON"],
     [*raylet_argv(None)[:-1], "--serialized-runtime-env-context={not json"],
 ], ids=["another language", "a context field it does not know", "not setup_worker.py", "bad json"])

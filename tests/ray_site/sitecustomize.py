@@ -13,7 +13,8 @@ so Python imports this module at start-up (the `site` module) in every process o
 In a setup_worker process whose context holds nothing but these fields, it does the same as Ray's
 code and execs the same command, never importing Ray; in any other case (another language, a
 context field it does not know, another platform) it does nothing and Ray's own code runs.
-tests/test_ray_launcher.py holds it to Ray's code: the same command and the same environment.
+tests/test_ray_launcher.py holds it to Ray's code: the same command and the same environment,
+and it fails when Ray's context gains a field (which would send every worker back to Ray's path).
 """
 
 from __future__ import annotations
