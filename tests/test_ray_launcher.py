@@ -8,20 +8,24 @@ supervisor actor (read from /proc on a test head), with contexts varied over eve
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import runpy
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.ray_site import sitecustomize as launcher
 
+# Found, not imported: collecting this file in every xdist worker should not cost an `import ray`.
+RAY = Path(importlib.util.find_spec("ray").submodule_search_locations[0])
+
+
 def raylet_argv(context: dict | None, language: str = "PYTHON") -> list[str]:
     """setup_worker.py's argv as the raylet builds it (a few of default_worker's flags kept)."""
-    import ray
-
-    workers = Path(ray.__file__).parent / "_private" / "workers"
+    workers = RAY / "_private" / "workers"
     argv = [str(workers / "setup_worker.py"), str(workers / "default_worker.py"),
             # A temp dir that needs the shell's quoting, as any path may.
             "--node-ip-address=127.0.0.1", "--temp-dir=/tmp/ray dir's", "--startup-token=0",
@@ -68,37 +72,48 @@ def rays_context(**fields) -> dict:
     return json.loads(RuntimeEnvContext(**fields).serialize())
 
 
+# Each case's RuntimeEnvContext fields; None: the empty context the raylet may pass.
 CONTEXTS = {
-    "a job's supervisor": rays_context(
-        py_executable="/work/main/.venv/bin/python",
+    "a job's supervisor": dict(
+        py_executable=sys.executable,
         env_vars={"HF_HOME": "/tmp/hf", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
                   "RAY_worker_niceness": "0"}),
-    "variables that name others": rays_context(
+    "variables that name others": dict(
         env_vars={"PATH": "/opt/bin:${PATH}", "GONE": "a${VERL_GKE_NOT_SET}b", "Q": "it's \"x\""}),
-    "a command prefix and another entrypoint": rays_context(
+    "a command prefix and another entrypoint": dict(
         command_prefix=["source", "/tmp/env/bin/activate", "&&"],
         override_worker_entrypoint="/srv/default_worker.py", py_executable="/srv/py"),
-    "an empty context": {},
+    "an empty context": None,
 }
 
 
-@pytest.mark.parametrize("context", CONTEXTS.values(), ids=CONTEXTS.keys())
-def test_the_launcher_execs_what_ray_execs_with_the_same_environment(context, monkeypatch):
+@pytest.mark.parametrize("case", CONTEXTS)
+def test_the_launcher_execs_what_ray_execs_with_the_same_environment(case, monkeypatch):
     """Same file, same arguments, same variables (with Ray's ${VAR} expansion and removal)."""
-    argv, start = raylet_argv(context), dict(os.environ)
+    fields = CONTEXTS[case]
+    argv, start = raylet_argv({} if fields is None else rays_context(**fields)), dict(os.environ)
     ours = launchers_exec(argv, start, monkeypatch)
     assert ours is not None
     assert ours == rays_exec(argv, start, monkeypatch)
 
 
-@pytest.mark.parametrize("argv", [
-    raylet_argv(CONTEXTS["a job's supervisor"], language="JAVA"),
-    raylet_argv({**CONTEXTS["a job's supervisor"], "container": {"image": "x"}}),
-    ["/srv/default_worker.py", "--language=PYTHON"],
-    [*raylet_argv(None)[:-1], "--serialized-runtime-env-context={not json"],
-], ids=["another language", "a context field it does not know", "not setup_worker.py", "bad json"])
-def test_anything_else_is_left_to_rays_own_code(argv, monkeypatch):
+def _supervisor() -> dict:
+    return rays_context(**CONTEXTS["a job's supervisor"])
+
+
+# Command lines the launcher must leave to Ray, built when a test runs (no `import ray` at
+# collection).
+OTHERS = {
+    "another language": lambda: raylet_argv(_supervisor(), language="JAVA"),
+    "a context field it does not know": lambda: raylet_argv({**_supervisor(), "container": {"image": "x"}}),
+    "not setup_worker.py": lambda: [str(RAY / "_private/workers/default_worker.py"), "--language=PYTHON"],
+    "bad json": lambda: [*raylet_argv(None)[:-1], "--serialized-runtime-env-context={not json"],
+}
+
+
+@pytest.mark.parametrize("case", OTHERS)
+def test_anything_else_is_left_to_rays_own_code(case, monkeypatch):
     """Where it is not sure to do what Ray does, it does nothing and changes nothing."""
     start = dict(os.environ)
-    assert launchers_exec(argv, start, monkeypatch) is None
+    assert launchers_exec(OTHERS[case](), start, monkeypatch) is None
     assert os.environ == start
