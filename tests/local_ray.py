@@ -187,13 +187,16 @@ def list_jobs(dashboard_url: str) -> list[dict]:
     """Every job record of the head. Ray fails a listing with a bare 500 when a record is deleted
     while it reads them (components/ray/ray_access.py RayJobs.live_jobs), which on the shared
     head happens whenever another worker's test resubmits a run; the next listing is whole."""
+    def listing() -> list[dict]:
+        with urllib.request.urlopen(f"{dashboard_url}/api/jobs/", timeout=10) as reply:
+            return json.load(reply)
+
     for _ in range(5):
-        with contextlib.suppress(urllib.error.HTTPError):
-            with urllib.request.urlopen(f"{dashboard_url}/api/jobs/", timeout=10) as reply:
-                return json.load(reply)
-        time.sleep(0.2)
-    with urllib.request.urlopen(f"{dashboard_url}/api/jobs/", timeout=10) as reply:
-        return json.load(reply)
+        try:
+            return listing()
+        except urllib.error.HTTPError:
+            time.sleep(0.2)
+    return listing()
 
 
 def _from_record(saved: dict) -> LocalRay:

@@ -35,11 +35,10 @@ WRAPPED_404 = (
     "    await self._raise_error(resp)\n"
     "RuntimeError: Request failed with status code 404: Job {sid} does not exist.\n"
 )
-POLICY = RequestPolicy(timeout_s=5, attempts=1, backoff_s=0.1, poll_min_s=0.01)
-
-
 # What aiohttp answers when a handler raises (aiohttp/web_protocol.py handle_error).
 BARE_500 = "500 Internal Server Error\n\nServer got itself in trouble"
+POLICY = RequestPolicy(timeout_s=5, attempts=1, backoff_s=0.1, poll_min_s=0.01)
+
 
 
 @contextlib.contextmanager
