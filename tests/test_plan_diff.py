@@ -228,6 +228,17 @@ def test_forked_commands_exit_and_print_as_in_a_fresh_interpreter(tmp_path):
     assert int(parent.stdout) == render_fork._server().process.pid
 
 
+def test_one_server_renders_for_every_test_but_not_for_another_environment(monkeypatch):
+    """The server started under one test serves the next, whose only difference is the test
+    pytest names in PYTEST_CURRENT_TEST (a new server would render its first plan cold again,
+    with ~5 CPU-s of SDK imports); any other variable that changed means a new server."""
+    first = render_fork._server()
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/test_other.py::test_other (call)")
+    assert render_fork._server() is first
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "another")
+    assert render_fork.environment() != first.environment
+
+
 @pytest.mark.parametrize(
     ("type_", "path", "expected"),
     [

@@ -33,7 +33,7 @@ once and forks a child per command, up to one per core at a time:
 
 Without fork (not POSIX), or when the server cannot fork or dies, commands run as fresh
 interpreters (`run_fresh`), concurrently too: slower, the same results. A changed environment
-starts a new server, since imported modules may have read it.
+starts a new server, since imported modules may have read it (all but `environment()` leaves out).
 """
 
 from __future__ import annotations
@@ -102,11 +102,23 @@ def run_all(commands: Sequence[Command], fresh: bool = False) -> list[subprocess
 
 # -- the client side ------------------------------------------------------------------------
 
+# Variables that change under a caller that keeps rendering and decide nothing a render imports
+# or writes. pytest names the running test and its phase in PYTEST_CURRENT_TEST (pytest docs,
+# "PYTEST_CURRENT_TEST environment variable"): compared, it made every test that renders start
+# a server of its own and pay for its cold first render, five in tests/test_plan_diff.py.
+NOT_COMPARED = frozenset({"PYTEST_CURRENT_TEST"})
+
+
+def environment() -> dict[str, str]:
+    """The environment a server is started with and kept for: this process's, less NOT_COMPARED."""
+    return {name: value for name, value in os.environ.items() if name not in NOT_COMPARED}
+
+
 class _Server:
     """The server process, spoken to in JSON lines over its stdin and stdout."""
 
     def __init__(self) -> None:
-        self.environment = dict(os.environ)
+        self.environment = environment()
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from tools.render_fork import serve; serve()"],
             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -149,7 +161,7 @@ _running: _Server | None = None
 
 def _server() -> _Server:
     global _running  # noqa: PLW0603: one server per process, started on first use
-    if _running is not None and (_running.environment != dict(os.environ) or _running.process.poll() is not None):
+    if _running is not None and (_running.environment != environment() or _running.process.poll() is not None):
         _close_server()
     if _running is None:
         _running = _Server()
