@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from tests.ray_site.sitecustomize import DASHBOARD_MODULES_VARIABLE
+
 RAY = str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT_S = 90.0
 # Set in the environment of every process of a test head:
@@ -44,12 +46,24 @@ START_TIMEOUT_S = 90.0
 #   here (the whole machine's /proc/stat over 5 jobs).
 # - PYTHONPATH: tests/ray_site, whose sitecustomize launches the workers Ray would launch through
 #   its setup_worker.py without that script importing Ray first (its docstring has the figures).
+# - DASHBOARD_MODULES_VARIABLE: the dashboard modules that sitecustomize has Ray's
+#   dashboard load, the ones the program, its tools and Ray's job CLI talk to: JobHead (the Jobs
+#   API, /api/jobs/), StateHead (/api/v0/actors, /api/v0/logs/file) and NodeHead, which records
+#   the head node's id that JobHead needs to find the head's job agent (node_head.py,
+#   job_head.py _get_head_node_agent_once: without it every submission fails with a 500). The
+#   six others (ReportHead, MetricsHead, EventHead, DataHead, ServeHead, TrainHead) serve the
+#   dashboard's own pages and the Serve, Data and Train APIs; each is a process that imports Ray.
+#   Started without them, a head costs 8 CPU-s instead of 16-17 and idles at 0.07 core instead
+#   of 0.09 (a head started here, measured in a cpuacct cgroup). A name Ray does not have fails
+#   the start: dashboard/head.py asserts that it loaded what it was asked to.
 RAY_SITE = Path(__file__).parent / "ray_site"
+DASHBOARD_MODULES = ("JobHead", "NodeHead", "StateHead")
 HEAD_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_enable_worker_prestart": "0",
     "RAY_prestart_worker_first_driver": "0",
+    DASHBOARD_MODULES_VARIABLE: ",".join(DASHBOARD_MODULES),
 }
 
 

@@ -1,4 +1,5 @@
-"""The test heads' worker launcher (tests/ray_site/sitecustomize.py) does what Ray's does.
+"""The test heads' worker launcher (tests/ray_site/sitecustomize.py) does what Ray's does, and
+their dashboard loads the modules tests/local_ray.py names, and only those.
 
 Each case runs Ray's own setup_worker.py (as its `__main__`, with os.execvp caught) and the
 launcher on the same command line, and compares what each would exec and the environment it
@@ -117,3 +118,37 @@ def test_anything_else_is_left_to_rays_own_code(case, monkeypatch):
     start = dict(os.environ)
     assert launchers_exec(OTHERS[case](), start, monkeypatch) is None
     assert os.environ == start
+
+
+DASHBOARD = str(RAY / "dashboard" / "dashboard.py")
+
+
+@pytest.mark.parametrize("argv, modules, expected", [
+    ([DASHBOARD, "--port=8265"], "JobHead,NodeHead", [DASHBOARD, "--port=8265", "--modules-to-load=JobHead,NodeHead"]),
+    ([DASHBOARD, "--port=8265"], None, None),
+    ([DASHBOARD, "--modules-to-load=UsageStatsHead", "--disable-frontend"], "JobHead", None),
+    ([str(RAY / "dashboard" / "agent.py"), "--node-ip-address=127.0.0.1"], "JobHead", None),
+], ids=["the dashboard", "the variable unset", "a list of its own", "another process"])
+def test_only_rays_dashboard_is_told_which_modules_to_load(argv, modules, expected, monkeypatch):
+    """The list is added to dashboard.py's command line when the variable names one, and to
+    nothing else: not to another of Ray's processes, not over the list `ray start` passes when
+    the dashboard is off."""
+    if modules is None:
+        monkeypatch.delenv(launcher.DASHBOARD_MODULES_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(launcher.DASHBOARD_MODULES_VARIABLE, modules)
+    assert launcher.dashboard_argv(argv) == expected
+
+
+def test_the_test_heads_dashboard_runs_the_modules_it_was_given(shared_ray_head):
+    """The session's head runs, of the dashboard's module processes (Ray names each
+    `ray-dashboard-<module>-0`), exactly the subprocess modules local_ray names: the trim is in
+    effect, and none the program needs is missing. (NodeHead, JobHead and StateHead are all
+    subprocess modules in Ray 2.47.0.)"""
+    from tests import local_ray
+
+    names = {command.split()[0] for pid, (_, command) in local_ray._proc_table().items()
+             if pid in local_ray._descendants(shared_ray_head.pid)}
+    modules = {name.removeprefix("ray-dashboard-").rsplit("-", 1)[0]
+               for name in names if name.startswith("ray-dashboard-")}
+    assert modules == set(local_ray.DASHBOARD_MODULES)

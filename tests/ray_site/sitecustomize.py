@@ -1,4 +1,5 @@
-"""Test heads only: Ray's worker launcher without importing Ray when all it does is set variables.
+"""Test heads only: Ray's worker launcher without importing Ray when all it does is set variables,
+and a dashboard that loads only the modules the program talks to.
 
 The raylet starts every worker whose runtime env is not empty as `python setup_worker.py
 default_worker.py <args> --language=PYTHON --serialized-runtime-env-context=<json>`, and a job's
@@ -15,6 +16,11 @@ code and execs the same command, never importing Ray; in any other case (another
 context field it does not know, another platform) it does nothing and Ray's own code runs.
 tests/test_ray_launcher.py holds it to Ray's code: the same command and the same environment,
 and it fails when Ray's context gains a field (which would send every worker back to Ray's path).
+
+In Ray's dashboard.py process it adds `--modules-to-load=<the modules named by the variable
+DASHBOARD_MODULES_VARIABLE, which tests/local_ray.py sets>`: `ray start` has no such option, and
+otherwise loads every module (ray/_private/services.py start_api_server passes the flag only
+with --include-dashboard=false).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import re
 import shlex
 import sys
 
+# The variable that names the dashboard modules to load, comma-separated (unset: all of them).
+DASHBOARD_MODULES_VARIABLE = "VERL_GKE_TEST_DASHBOARD_MODULES"
 # RuntimeEnvContext.__init__'s fields (ray/_private/runtime_env/context.py).
 _KNOWN = {"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint", "java_jars"}
 
@@ -57,6 +65,21 @@ def launch(argv: list[str]) -> tuple[str, list[str]] | None:
     return "bash", ["bash", "-c", " ".join(command)]
 
 
-_target = launch(sys.argv) if hasattr(sys, "argv") else None
-if _target is not None:
-    os.execvp(*_target)
+def dashboard_argv(argv: list[str]) -> list[str] | None:
+    """Ray's dashboard.py command line with the modules to load that DASHBOARD_MODULES_VARIABLE
+    names, or None where nothing changes: another process, the variable unset, or a command
+    that already has a list."""
+    modules = os.environ.get(DASHBOARD_MODULES_VARIABLE)
+    if (not modules or not argv or argv[0].split(os.sep)[-2:] != ["dashboard", "dashboard.py"]
+            or any(arg.startswith("--modules-to-load") for arg in argv)):
+        return None
+    return [*argv, f"--modules-to-load={modules}"]
+
+
+if hasattr(sys, "argv"):
+    _target = launch(sys.argv)
+    if _target is not None:
+        os.execvp(*_target)
+    _dashboard = dashboard_argv(sys.argv)
+    if _dashboard is not None:
+        sys.argv[:] = _dashboard
