@@ -110,11 +110,17 @@ def test_create_reports_running_and_refresh_reports_success_with_metrics(ray_hea
     assert refreshed.outs["entrypoint"] == inputs["entrypoint"]
 
 
-def test_wait_for_succeeded_returns_the_final_state(ray_head, provider):
+@pytest.fixture(scope="module")
+def succeeded(shared_ray_head):
+    """One job created with waitFor=succeeded, for the tests that need a finished job: its
+    inputs and what create returned. (A job costs ~1.4 CPU-s of Ray's supervisor process.)"""
+    inputs = props(shared_ray_head.dashboard_url, f"{TRAINER} --steps 2 --sleep 0.2", "succeeded")
+    return inputs, GrpoJobProvider(POLICY).create(inputs)
+
+
+def test_wait_for_succeeded_returns_the_final_state(succeeded):
     """waitFor=succeeded holds create until the job has finished successfully."""
-    created = provider.create(
-        props(ray_head.dashboard_url, f"{TRAINER} --steps 2 --sleep 0.2", "succeeded")
-    )
+    _, created = succeeded
     assert created.outs["status"] == "SUCCEEDED"
     assert created.outs["metrics"]["step"] == 2.0
 
@@ -160,10 +166,9 @@ def test_metadata_or_waiting_change_updates_without_replacing(ray_head, provider
     assert jobs_with_id(ray_head, old.id) == 1
 
 
-def test_unchanged_inputs_have_no_diff(ray_head, provider):
+def test_unchanged_inputs_have_no_diff(succeeded, provider):
     """Re-running `pulumi up` with the same config proposes nothing (outputs are not inputs)."""
-    inputs = props(ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0.1", "succeeded")
-    created = provider.create(inputs)
+    inputs, created = succeeded
     assert provider.diff(created.id, created.outs, inputs).changes is False
 
 
@@ -182,11 +187,9 @@ def test_delete_stops_a_running_job_and_a_new_create_runs_it_again(ray_head, pro
     provider.delete(again.id, again.outs)
 
 
-def test_delete_of_a_finished_or_unknown_job_is_not_an_error(ray_head, provider, warnings):
+def test_delete_of_a_finished_or_unknown_job_is_not_an_error(ray_head, succeeded, provider, warnings):
     """A SUCCEEDED job is left as it is, quietly; an id Ray never heard of is a no-op."""
-    finished = provider.create(
-        props(ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0.1", "succeeded")
-    )
+    _, finished = succeeded
     provider.delete(finished.id, finished.outs)
     assert ray_job(ray_head, finished.id)["status"] == "SUCCEEDED"
     unknown = props(ray_head.dashboard_url, "true")
