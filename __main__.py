@@ -35,9 +35,8 @@ from components.ray.cluster_check import ClusterCheck, ClusterCheckArgs
 from components.ray.grpo_job import GrpoJob, GrpoJobArgs
 from components.ray.supervision import RunSupervisor, RunSupervisorArgs, state_name
 from components.ray.trackers import TrackerCredentials, TrackerCredentialsArgs
-from components.ray.verl_ray_cluster import (
-    CLUSTER_NAMES, RayOperator, VerlRayCluster, VerlRayClusterArgs,
-)
+from components.ray.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayClusterArgs
+from components.ray.verl_ray_cluster import VerlRayCluster
 from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
 from components.schema import config, names
 from components.schema.run import checkpoint_uri, effective_env

@@ -19,7 +19,8 @@ from components.cluster.nvidia_dra_driver import (
     quota_pods,
     render_compute_domain,
 )
-from components.ray.verl_ray_cluster import RayOperator, VerlRayCluster, VerlRayClusterArgs
+from components.ray.ray_cluster_args import RayOperator, VerlRayClusterArgs
+from components.ray.verl_ray_cluster import VerlRayCluster
 from tests import k8s_schemas
 from tools import mockrun
 

@@ -15,7 +15,7 @@ from components.ray import supervision
 from components.ray.supervision import RunSupervisorArgs, render_objects, state_name
 from components.schema.lifecycle import SUPERVISOR_PERIOD_MINUTES, RunLifecycle
 from components.facts.hardware import Target
-from components.ray.verl_ray_cluster import CLUSTER_NAMES
+from components.ray.ray_cluster_args import CLUSTER_NAMES
 from tests import k8s_schemas
 from tools import mockrun
 from tests.conftest import rendered

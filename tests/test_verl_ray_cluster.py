@@ -15,18 +15,13 @@ import pytest
 from components.facts import pins
 from components.schema.choices import ClusterMode
 from components.facts.hardware import Arch, NodeNetworking, Target, profile
-from components.ray.verl_ray_cluster import (
-    CLUSTER_NAMES,
-    DASHBOARD_PORT,
-    WORKER_GROUP,
-    RayOperator,
-    VerlRayCluster,
-    VerlRayClusterArgs,
-    render_pod_monitoring,
-    render_ray_cluster,
+from components.facts.layout import DASHBOARD_PORT
+from components.ray.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayClusterArgs
+from components.ray.ray_cluster_spec import (
+    HEAD_SHM_SIZE, WORKER_GROUP, render_pod_monitoring, render_ray_cluster,
 )
+from components.ray.verl_ray_cluster import VerlRayCluster
 from components.ray.export import quantity
-from components.ray.verl_ray_cluster import HEAD_SHM_SIZE
 from tests import k8s_schemas
 from tools import mockrun
 
