@@ -1,1 +1,1 @@
-"""The CrossGuard policy pack (`pulumi preview --policy-pack policy`); the rules are in rules.py."""
+"""The CrossGuard policy pack (`pulumi preview --policy-pack policy`); rules.py assembles it."""

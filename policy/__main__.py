@@ -1,15 +1,16 @@
 """Entry point the Pulumi CLI runs for `pulumi preview --policy-pack policy`.
 
 The CLI starts `python __main__.py` inside policy/ (with the virtualenv PulumiPolicy.yaml names);
-PolicyPack then serves the analyzer protocol until the CLI is done. The rules live in rules.py,
-which `make policy` also runs against the offline plan: this file only wires them up.
+PolicyPack then serves the analyzer protocol until the CLI is done. rules.py assembles the pack
+from the rule modules beside it, and `make policy` runs the same pack against the offline plan:
+this file only wires it up.
 """
 
 import sys
 from pathlib import Path
 
-# The CLI runs this file as a script from policy/: make `policy.rules` importable as a package,
-# the same module tools/policy_check.py imports.
+# The CLI runs this file as a script from policy/: make `policy.rules` (and the modules it
+# imports) importable as a package, the same modules tools/policy_check.py imports.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pulumi_policy import PolicyPack  # noqa: E402

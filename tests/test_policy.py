@@ -18,6 +18,13 @@ import pytest
 
 import pulumi_policy
 from policy import rules
+from policy.access import NODE_SERVICE_ACCOUNT_ROLES, is_iam_type
+from policy.common import (
+    BUCKET, CLUSTER, GRPO_RUN, K8S_PROVIDER, K8S_SECRET, K8S_SERVICE, NETWORK_POLICY, NODE_POOL,
+    RAY_CLUSTER, SECRET,
+)
+from policy.resources import ALLOW_FORCE_DESTROY, REQUIRED_LABELS, label_input
+from policy.supply_chain import HELM_RELEASE, MANIFEST_FILES, container_images
 from tests.conftest import STACK_MODES, rendered
 from tools import plan, policy_check
 
@@ -61,7 +68,7 @@ def test_the_cli_entry_point_serves_exactly_the_rules_make_policy_runs(monkeypat
     assert {name: c["enforcementLevel"] for name, c in served["initial_config"].items()} == {
         p.name: mandatory for p in rules.POLICIES
     }
-    assert served["initial_config"]["bucket-hardened"][rules.ALLOW_FORCE_DESTROY] is False
+    assert served["initial_config"]["bucket-hardened"][ALLOW_FORCE_DESTROY] is False
 
 
 def test_the_pack_stands_alone():
@@ -78,7 +85,7 @@ def test_the_pack_stands_alone():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
-    assert rules.REQUIRED_LABELS == (names.STACK_LABEL, names.TARGET_LABEL, names.CLUSTER_LABEL)
+    assert REQUIRED_LABELS == (names.STACK_LABEL, names.TARGET_LABEL, names.CLUSTER_LABEL)
 
 
 def test_the_private_function_the_pack_patches_keeps_its_shape():
@@ -113,7 +120,7 @@ def test_each_rule_s_level_is_set_in_policy_config(tmp_path, capsys):
     """An organisation sets a rule advisory or disabled in the CLI's --policy-pack-config
     format; `make policy` then reports it as advisory (exit 0) or does not run it."""
     found = resources()
-    bucket = one(found, rules.BUCKET)
+    bucket = one(found, BUCKET)
     bucket["inputs"]["publicAccessPrevention"] = "inherited"
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps({"stack": "a4", "resources": [bucket], "outputs": {}}))
@@ -129,7 +136,7 @@ def test_each_rule_s_level_is_set_in_policy_config(tmp_path, capsys):
     assert policy_check.main(["--plan", str(plan_file), "--print-config", *printed]) == 0
     config = json.loads(capsys.readouterr().out)
     assert {c["enforcementLevel"] for c in config.values()} == {"advisory"}
-    assert config["bucket-hardened"][rules.ALLOW_FORCE_DESTROY] is False
+    assert config["bucket-hardened"][ALLOW_FORCE_DESTROY] is False
 
 
 @pytest.mark.parametrize("document, message", [
@@ -154,7 +161,7 @@ def test_secrets_reach_the_pack_as_the_plan_shows_them():
         "plain": ["a", {"b": 1}],
     }
     assert deserialize.deserialize_properties(wire) == {"stringData": {"hf_api_token": "[secret]"}, "plain": ["a", {"b": 1}]}
-    assert rules.SECRET == "[secret]"
+    assert SECRET == "[secret]"
 
 
 @pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])
@@ -162,13 +169,13 @@ def test_every_stack_passes_every_rule(stack, mode):
     """`make policy` on each stack and mode: no violation, over every kind of resource it has."""
     found = resources(stack, mode)
     assert policy_check.check_resources(found, policy_check.policy_config(stack)) == []
-    assert {rules.BUCKET, rules.CLUSTER, rules.RAY_CLUSTER, rules.K8S_SECRET} <= {r["type"] for r in found}
+    assert {BUCKET, CLUSTER, RAY_CLUSTER, K8S_SECRET} <= {r["type"] for r in found}
 
 
 def test_make_policy_exits_1_on_a_violation_and_0_on_a_clean_plan(tmp_path, capsys):
     """The CLI behind `make policy` fails on a mandatory violation and names policy and resource."""
     found = resources()
-    bucket = one(found, rules.BUCKET)
+    bucket = one(found, BUCKET)
     document = {"stack": "a4", "resources": [bucket], "outputs": {}}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(document))
@@ -186,7 +193,7 @@ def test_make_policy_exits_1_on_a_violation_and_0_on_a_clean_plan(tmp_path, caps
 def _head_service(ray_cluster: dict, service_type: str) -> dict:
     name = ray_cluster["inputs"]["metadata"]["name"]
     return {
-        "urn": "urn:pulumi:a4::verl-gke::kubernetes:core/v1:Service::exposed", "type": rules.K8S_SERVICE,
+        "urn": "urn:pulumi:a4::verl-gke::kubernetes:core/v1:Service::exposed", "type": K8S_SERVICE,
         "name": "exposed", "options": {}, "parent": None,
         "inputs": {"metadata": {"name": "exposed", "namespace": "default"},
                    "spec": {"type": service_type, "selector": {"ray.io/cluster": name, "ray.io/node-type": "head"}}},
@@ -212,7 +219,7 @@ def test_an_exposed_ray_head_is_a_violation(exposure):
     """A LoadBalancer or NodePort Service selecting the head, KubeRay asked for one, or an
     Ingress to the head Service: each is reported."""
     found = resources()
-    ray = one(found, rules.RAY_CLUSTER)
+    ray = one(found, RAY_CLUSTER)
     name = ray["inputs"]["metadata"]["name"]
     if exposure.endswith("service"):
         found.append(_head_service(ray, exposure.split()[0]))
@@ -233,7 +240,7 @@ def test_every_ray_cluster_has_its_network_policy():
 def test_a_ray_cluster_without_its_network_policy_is_a_violation(change):
     """No policy, one for another cluster, or one in another namespace leaves the head open."""
     found = resources()
-    policy = one(found, rules.NETWORK_POLICY)
+    policy = one(found, NETWORK_POLICY)
     if change == "removed":
         found.remove(policy)
     elif change == "other cluster":
@@ -251,9 +258,9 @@ def test_the_programs_grants_pass():
     """roles/storage.objectUser on the bucket for the Ray pods' principal, and the node service
     account's project roles GKE documents for it (components/cluster/node_identity.py)."""
     found = resources()
-    grants = [r for r in found if rules.is_iam_type(r["type"])]
+    grants = [r for r in found if is_iam_type(r["type"])]
     assert {r["inputs"]["role"] for r in grants if r["type"] == "gcp:projects/iAMMember:IAMMember"} == set(
-        rules.NODE_SERVICE_ACCOUNT_ROLES)
+        NODE_SERVICE_ACCOUNT_ROLES)
     assert violations("iam-bucket-scope-only", grants) == []
 
 
@@ -300,7 +307,7 @@ def test_the_programs_bucket_passes():
 )
 def test_a_weakened_bucket_is_a_violation(field, value, expected):
     """Object ACLs, public access or a force-destroy the stack did not ask for: reported."""
-    bucket = one(resources(), rules.BUCKET)
+    bucket = one(resources(), BUCKET)
     bucket["inputs"][field] = value
     [message] = violations("bucket-hardened", [bucket])
     assert expected in message
@@ -308,7 +315,7 @@ def test_a_weakened_bucket_is_a_violation(field, value, expected):
 
 def test_force_destroy_passes_only_when_the_stack_configures_it(tmp_path, monkeypatch):
     """`verl-gke:deleteBucketOnDestroy true` in the stack file is what allows forceDestroy."""
-    bucket = one(resources(), rules.BUCKET)
+    bucket = one(resources(), BUCKET)
     bucket["inputs"]["forceDestroy"] = True
     (tmp_path / "Pulumi.yaml").write_text((plan.ROOT / "Pulumi.yaml").read_text())
     stack_file = (plan.ROOT / "Pulumi.a4.yaml").read_text()
@@ -327,7 +334,7 @@ def test_force_destroy_passes_only_when_the_stack_configures_it(tmp_path, monkey
 )
 def test_pinned_images_pass(image):
     """A tag other than latest, or a digest; a registry port is not mistaken for a tag."""
-    ray = one(resources(), rules.RAY_CLUSTER)
+    ray = one(resources(), RAY_CLUSTER)
     ray["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] = image
     assert violations("images-pinned", [ray]) == []
 
@@ -335,7 +342,7 @@ def test_pinned_images_pass(image):
 def test_every_image_of_the_program_is_pinned():
     """All Kubernetes objects of a4x (RayCluster, staging Job ...) pass, and the rule saw them."""
     found = resources("a4x")
-    images = {i for r in found if r["type"].startswith("kubernetes:") for i in rules.container_images(r["inputs"])}
+    images = {i for r in found if r["type"].startswith("kubernetes:") for i in container_images(r["inputs"])}
     assert any("/verlai/verl:" in i for i in images) and len(images) >= 2, images
     assert violations("images-pinned", found) == []
 
@@ -343,7 +350,7 @@ def test_every_image_of_the_program_is_pinned():
 @pytest.mark.parametrize(("image", "expected"), [("verlai/verl:latest", ":latest"), ("localhost:5000/verl", "no tag")])
 def test_floating_or_untagged_images_are_violations(image, expected):
     """The RayCluster's worker image set to :latest or to no tag at all is reported."""
-    ray = one(resources(), rules.RAY_CLUSTER)
+    ray = one(resources(), RAY_CLUSTER)
     worker = ray["inputs"]["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     worker["containers"][0]["image"] = image
     [message] = violations("images-pinned", [ray])
@@ -354,7 +361,7 @@ def test_floating_or_untagged_images_are_violations(image, expected):
 
 
 def _gpu_pool(stack: str = "a4") -> dict:
-    return one(resources(stack), rules.NODE_POOL, "gpu-pool")
+    return one(resources(stack), NODE_POOL, "gpu-pool")
 
 
 @pytest.mark.parametrize("capacity", ["reservation", "spot", "flexStart"])
@@ -365,7 +372,7 @@ def test_gpu_pools_with_explicit_capacity_pass(capacity):
         del pool["inputs"]["nodeConfig"]["reservationAffinity"]
         pool["inputs"]["nodeConfig"][capacity] = True
     assert violations("gpu-capacity-explicit", [pool]) == []
-    assert violations("gpu-capacity-explicit", [one(resources(), rules.NODE_POOL, "gke-system-pool")]) == []
+    assert violations("gpu-capacity-explicit", [one(resources(), NODE_POOL, "gke-system-pool")]) == []
 
 
 @pytest.mark.parametrize("affinity", [None, {"consumeReservationType": "ANY_RESERVATION"}])
@@ -402,7 +409,7 @@ def test_a_pool_on_the_default_service_account_is_a_violation(account):
 
 def test_an_autopilot_cluster_is_checked_in_its_auto_provisioning_defaults():
     """Autopilot has no pools: the account lives in clusterAutoscaling.autoProvisioningDefaults."""
-    cluster = one(resources("a4", "autopilot"), rules.CLUSTER)
+    cluster = one(resources("a4", "autopilot"), CLUSTER)
     assert violations("nodes-dedicated-service-account", [cluster]) == []  # the program's own
     del cluster["inputs"]["clusterAutoscaling"]["autoProvisioningDefaults"]["serviceAccount"]
     [message] = violations("nodes-dedicated-service-account", [cluster])
@@ -451,27 +458,27 @@ def test_a_fixed_name_created_first_is_a_violation_and_an_auto_name_is_not():
 
 def test_labelable_is_read_from_pulumi_gcps_args_classes():
     """ClusterArgs takes resource_labels, BucketArgs labels; NodePoolArgs and NetworkArgs neither."""
-    assert rules.label_input(rules.CLUSTER) == "resourceLabels"
-    assert rules.label_input(rules.BUCKET) == "labels"
-    assert rules.label_input(rules.NODE_POOL) is None
-    assert rules.label_input("gcp:compute/network:Network") is None
-    assert rules.label_input("gcp:compute/router:Router") is None
+    assert label_input(CLUSTER) == "resourceLabels"
+    assert label_input(BUCKET) == "labels"
+    assert label_input(NODE_POOL) is None
+    assert label_input("gcp:compute/network:Network") is None
+    assert label_input("gcp:compute/router:Router") is None
 
 
 def test_every_labelable_resource_of_the_program_is_labelled():
     """Cluster (resourceLabels), bucket, mirror repository, alert policies ... all carry the
     stack, target and cluster labels; the rule saw more than one labelable type."""
     found = resources()
-    labelable = {r["type"] for r in found if r["type"].startswith("gcp:") and rules.label_input(r["type"])}
-    assert {rules.CLUSTER, rules.BUCKET} < labelable
+    labelable = {r["type"] for r in found if r["type"].startswith("gcp:") and label_input(r["type"])}
+    assert {CLUSTER, BUCKET} < labelable
     assert violations("gcp-labels", found) == []
 
 
-@pytest.mark.parametrize("type_", [rules.CLUSTER, rules.BUCKET])
+@pytest.mark.parametrize("type_", [CLUSTER, BUCKET])
 def test_an_unlabelled_labelable_resource_is_a_violation(type_):
     """Labels removed, or only the user's left: reported with the missing keys."""
     resource = one(resources(), type_)
-    key = rules.label_input(type_)
+    key = label_input(type_)
     del resource["inputs"][key]
     [message] = violations("gcp-labels", [resource])
     assert message.startswith(f"{key} lacks verl-gke-stack, verl-gke-target, verl-gke-cluster")
@@ -487,7 +494,7 @@ def test_the_token_kubeconfig_and_job_access_are_secrets_in_every_stack():
     """The HF token Secret, the Kubernetes provider's kubeconfig and the job's access record."""
     for stack, mode in (("a4", "standard"), ("a4x", "standard")):
         found = resources(stack, mode)
-        assert {r["type"] for r in found} >= {rules.K8S_SECRET, rules.K8S_PROVIDER, rules.GRPO_RUN}
+        assert {r["type"] for r in found} >= {K8S_SECRET, K8S_PROVIDER, GRPO_RUN}
         assert violations("credentials-are-secrets", found) == []
 
 
@@ -506,7 +513,7 @@ def test_tracker_keys_reach_the_cluster_only_as_secrets(monkeypatch):
     monkeypatch.setattr(plan, "stack_inputs", with_wandb)
     inputs, recording = plan.run_program("a4", "standard")
     found = plan.plan_document("a4", inputs, recording)["resources"]
-    trackers = one(found, rules.K8S_SECRET, "trackers-secret")
+    trackers = one(found, K8S_SECRET, "trackers-secret")
     assert trackers["inputs"]["stringData"] == {"WANDB_API_KEY": "[secret]"}
     assert violations("credentials-are-secrets", found) == []
     trackers["inputs"]["stringData"]["WANDB_API_KEY"] = "wandb-EXAMPLE-KEY"
@@ -519,23 +526,23 @@ def test_a_credential_in_plain_text_is_a_violation(leak):
     """Each place a credential travels, given a plain value, is reported with its path."""
     found = resources()
     if leak == "hf token":
-        target = one(found, rules.K8S_SECRET, "storage-hf-secret")
+        target = one(found, K8S_SECRET, "storage-hf-secret")
         target["inputs"]["stringData"]["hf_api_token"] = "hf_plain"
         expected = "stringData.hf_api_token"
     elif leak == "kubeconfig":
-        target = one(found, rules.K8S_PROVIDER)
+        target = one(found, K8S_PROVIDER)
         target["inputs"]["kubeconfig"] = "apiVersion: v1\nkind: Config\n"
         expected = "kubeconfig"
     elif leak == "job kubeconfig":
-        target = one(found, rules.GRPO_RUN)
+        target = one(found, GRPO_RUN)
         target["inputs"]["access"]["kubeconfig"] = "apiVersion: v1"
         expected = "access.kubeconfig"
     elif leak == "tracker key env":
-        target = one(found, rules.GRPO_RUN)
+        target = one(found, GRPO_RUN)
         target["inputs"]["runtime_env"]["env_vars"]["WANDB_API_KEY"] = "0123abcd"
         expected = "runtime_env.env_vars.WANDB_API_KEY"
     else:
-        target = one(found, rules.RAY_CLUSTER)
+        target = one(found, RAY_CLUSTER)
         container = target["inputs"]["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
         container.setdefault("env", []).append({"name": "WANDB_API_KEY", "value": "0123abcd"})
         expected = "env WANDB_API_KEY"
@@ -547,8 +554,8 @@ def test_charts_and_manifest_files_that_bring_images_are_pinned_too():
     """a4x's Helm releases name exact chart versions and the installer manifest a commit."""
     found = resources("a4x")
     kinds = {r["type"] for r in found}
-    assert {rules.HELM_RELEASE, "kubernetes:yaml/v2:ConfigFile"} <= kinds
-    assert violations("images-pinned", [r for r in found if r["type"] in (rules.HELM_RELEASE, *rules.MANIFEST_FILES)]) == []
+    assert {HELM_RELEASE, "kubernetes:yaml/v2:ConfigFile"} <= kinds
+    assert violations("images-pinned", [r for r in found if r["type"] in (HELM_RELEASE, *MANIFEST_FILES)]) == []
 
 
 @pytest.mark.parametrize(
@@ -563,7 +570,7 @@ def test_charts_and_manifest_files_that_bring_images_are_pinned_too():
 def test_a_floating_chart_or_manifest_is_a_violation(change, expected):
     """A chart version range or none, a Helm value asking for :latest, a manifest from a branch."""
     found = resources("a4x")
-    release = one(found, rules.HELM_RELEASE, "ray-kuberay-operator")
+    release = one(found, HELM_RELEASE, "ray-kuberay-operator")
     manifest = one(found, "kubernetes:yaml/v2:ConfigFile")
     if change == "chart range":
         release["inputs"]["version"] = "^1.7"
@@ -621,7 +628,7 @@ def test_the_served_pack_reports_what_make_policy_reports():
     token sent in plain text fails credentials-are-secrets, and a GPU pool without its service
     account fails exactly the rule it fails offline."""
     servicer = _served_pack()
-    secret = one(resources(), rules.K8S_SECRET, "storage-hf-secret")
+    secret = one(resources(), K8S_SECRET, "storage-hf-secret")
     ok = servicer.Analyze(_analyze_request(secret, ("stringData.hf_api_token",)), None)
     assert [d.policyName for d in ok.diagnostics] == []
     secret["inputs"]["stringData"]["hf_api_token"] = "hf_REALVALUE"

@@ -1,4 +1,4 @@
-"""Run the policy pack (policy/rules.py) against an offline plan: `make policy STACK=<stack>`.
+"""Run the policy pack (policy/) against an offline plan: `make policy STACK=<stack>`.
 
     python -m tools.policy_check --stack a4 [--mode autopilot]   # renders the plan, then checks
     python -m tools.policy_check --plan build/a4/plan.json       # checks a plan already written
@@ -38,7 +38,8 @@ from pulumi_policy import (
 
 from policy import rules
 from policy.pack_config import PackConfigError
-from policy.rules import ALLOW_FORCE_DESTROY, POLICIES
+from policy.resources import ALLOW_FORCE_DESTROY
+from policy.rules import POLICIES
 from tools import cli
 
 ROOT = Path(__file__).resolve().parents[1]
