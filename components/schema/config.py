@@ -4,17 +4,18 @@ Users set only site facts (project, region, zone, reservation, names, cluster mo
 the Hugging Face token); the hardware facts come from `hardware.PROFILES` through
 `verl-gke:target`. Every problem of one config is reported together, each naming the key, the
 bad value and the fix, and the program stops with a `ConfigError` (a `pulumi.RunError`, so the
-CLI prints the messages without a traceback).
+CLI prints the messages without a traceback). By concern:
+- config_checks.py: the checks that span keys, or a key and the hardware profile
+  (`cross_field_problems`, which `load` runs once every key is valid on its own);
+- here: the model (`StackConfig`), its keys, reading them (`load`, `from_pulumi`), the fix for a
+  key that is invalid on its own, and the trackers' credentials as env vars (`tracker_env`).
 """
 
 from __future__ import annotations
 
 import datetime
 import difflib
-import ipaddress
 import json
-import re
-import urllib.parse
 from typing import Any, Collection, Mapping
 
 import pulumi
@@ -29,12 +30,12 @@ from pydantic.alias_generators import to_camel
 
 from components.schema.choices import ClusterMode
 from components.schema.choices import Capacity
-from components.schema.observability import observability_problems
-from components.schema.run import GrpoRunConfig, run_problems
+from components.schema.config_checks import cross_field_problems
+from components.schema.run import GrpoRunConfig
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
 from components.messages import quoted
 from components.schema import names, pulumi_forms
-from components.schema.staging import StagingConfig, model_path, staging_problems
+from components.schema.staging import StagingConfig, model_path
 
 NAMESPACE = "verl-gke"
 
@@ -243,6 +244,17 @@ class StackConfig(BaseModel):
         return start.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def tracker_env(config: StackConfig) -> dict[str, str]:
+    """The trackers' credentials as the env vars their clients read (wandb: WANDB_API_KEY;
+    mlflow: MLFLOW_TRACKING_URI, MLFLOW_TRACKING_TOKEN), plain values for a secret Output."""
+    values = {
+        "WANDB_API_KEY": config.wandb_api_key,
+        "MLFLOW_TRACKING_URI": config.mlflow_tracking_uri,
+        "MLFLOW_TRACKING_TOKEN": config.mlflow_tracking_token,
+    }
+    return {name: value.get_secret_value() for name, value in values.items() if value}
+
+
 # Keys the user types, for "did you mean" suggestions and the unknown-key check.
 KEYS: dict[str, str] = {
     (field.alias or name): name for name, field in StackConfig.model_fields.items()
@@ -385,211 +397,3 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
     if top in OBJECT_KEYS and error["type"] == "extra_forbidden":
         fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in docs/config.md (and {CONFIG_SCHEMA_PATH})"
     return f"{key} = {shown} is invalid ({error['msg']}): {fix}"
-
-
-def cross_field_problems(config: StackConfig) -> list[str]:
-    """Checks that involve more than one key, or a key and the hardware profile."""
-    problems = [
-        *_placement_problems(config),
-        *_capacity_problems(config),
-        *name_problems(config),
-        *_access_problems(config),
-        *names.label_problems(
-            f"{NAMESPACE}:labels", config.labels, len(config.resource_labels) - len(config.labels)
-        ),
-    ]
-    nodes_problem = config.hardware.nodes_problem(f"{NAMESPACE}:gpuNodes", config.nodes)
-    if nodes_problem:
-        problems.append(nodes_problem)
-    if config.hardware.networking is NodeNetworking.DRANET and (
-        config.gvnic_network_prefix or config.rdma_network_prefix
-    ):
-        problems.append(
-            f"{NAMESPACE}:gvnicNetworkPrefix / rdmaNetworkPrefix are set, but target a4x uses "
-            "DRANET (GKE creates its networks): remove them"
-        )
-    if config.hf_token is None and not config.staging.skip:
-        problems.append(
-            f"{NAMESPACE}:hfToken is not set, but the model is staged from Hugging Face: run "
-            f"`pulumi config set --secret {NAMESPACE}:hfToken <token>` (a read token from "
-            f"huggingface.co/settings/tokens), or set {NAMESPACE}:staging.skip to true for a "
-            "bucket you filled yourself"
-        )
-    problems += tracker_problems(config)
-    if not nodes_problem:  # the run's checks divide by the GPU count
-        problems += run_problems(config.run, config.hardware, config.nodes)
-    problems += staging_problems(config.staging)
-    problems += observability_problems(config)
-    return problems
-
-
-# Each tracker of job.logger and the secret key it cannot work without, with where to get it.
-_TRACKER_KEYS = {
-    "wandb": ("wandbApiKey", "wandb_api_key", "an API key from wandb.ai/authorize"),
-    "mlflow": ("mlflowTrackingUri", "mlflow_tracking_uri", "your tracking server's URI"),
-}
-
-
-def tracker_problems(config: StackConfig) -> list[str]:
-    """A logger without its credentials fails in verl's Tracking at the first step, hours in;
-    here it is refused before anything is created."""
-    problems = []
-    for logger, (key, field, what) in _TRACKER_KEYS.items():
-        if logger in config.job.loggers and getattr(config, field) is None:
-            problems.append(
-                f"{NAMESPACE}:job.logger includes {logger}, but {NAMESPACE}:{key} is not set: "
-                f"run `pulumi config set --secret {NAMESPACE}:{key} <value>` ({what}), or "
-                f"remove {logger} from {NAMESPACE}:job.logger"
-            )
-    return problems
-
-
-def tracker_env(config: StackConfig) -> dict[str, str]:
-    """The trackers' credentials as the env vars their clients read (wandb: WANDB_API_KEY;
-    mlflow: MLFLOW_TRACKING_URI, MLFLOW_TRACKING_TOKEN), plain values for a secret Output."""
-    values = {
-        "WANDB_API_KEY": config.wandb_api_key,
-        "MLFLOW_TRACKING_URI": config.mlflow_tracking_uri,
-        "MLFLOW_TRACKING_TOKEN": config.mlflow_tracking_token,
-    }
-    return {name: value.get_secret_value() for name, value in values.items() if value}
-def _placement_problems(config: StackConfig) -> list[str]:
-    problems = []
-    zone_region = config.zone.rsplit("-", 1)[0]
-    if zone_region != config.region:
-        problems.append(
-            f"{NAMESPACE}:zone = {config.zone!r} is not in {NAMESPACE}:region = "
-            f"{config.region!r}: pick a zone of that region (e.g. {config.region}-b) or set "
-            f"the region to {zone_region!r}"
-        )
-    if config.autopilot and not config.hardware.autopilot_supported:
-        problems.append(
-            f"{NAMESPACE}:clusterMode = 'autopilot' is not available for target "
-            f"{config.target.value}: A4X needs a Standard cluster (DRANET node pool); set "
-            f"{NAMESPACE}:clusterMode to standard"
-        )
-    return problems
-
-
-# GKE: "You can add up to 50 authorized networks (allowed CIDR blocks) in a project" for a
-# cluster with a public endpoint (kubernetes-engine/docs/how-to/authorized-networks).
-MAX_CONTROL_PLANE_CIDRS = 50
-
-
-def _access_problems(config: StackConfig) -> list[str]:
-    """The primary network and who may reach the control plane."""
-    problems = []
-    if bool(config.network) != bool(config.subnetwork):
-        problems.append(
-            f"{NAMESPACE}:network and {NAMESPACE}:subnetwork go together: set both (an existing "
-            "VPC and its subnetwork in the region, with Cloud NAT for the nodes), or neither and "
-            "the stack creates them"
-        )
-    key = f"{NAMESPACE}:controlPlaneCidrs"
-    for cidr in config.control_plane_cidrs:
-        try:
-            ipaddress.IPv4Network(cidr, strict=True)
-        except ValueError as error:
-            problems.append(
-                f"{key}: {quoted(cidr)} is not an IPv4 CIDR range ({error}): use e.g. "
-                "203.0.113.0/24, host bits zero"
-            )
-    if len(config.control_plane_cidrs) > MAX_CONTROL_PLANE_CIDRS:
-        problems.append(
-            f"{key} lists {len(config.control_plane_cidrs)} ranges; GKE takes at most "
-            f"{MAX_CONTROL_PLANE_CIDRS}: merge some"
-        )
-    address = config.job.dashboard_address
-    if address and urllib.parse.urlsplit(str(address)).username is not None:
-        problems.append(
-            f"{NAMESPACE}:job.dashboardAddress carries credentials in the URL, which would be "
-            "stored in plain text in the stack's state and plan: remove them; reach the "
-            "dashboard through a tunnel or IAP that authenticates on its own"
-        )
-    return problems
-
-
-def _capacity_problems(config: StackConfig) -> list[str]:
-    """Where the GPU nodes come from: what GKE and Compute Engine accept per target and mode."""
-    hw = config.hardware
-    reservation_set = bool(config.reservation)
-    if config.autopilot:
-        if reservation_set or config.provisioning is not Capacity.RESERVATION:
-            return [
-                f"{NAMESPACE}:reservation / provisioning are set, but Autopilot places GPU pods "
-                "on Spot capacity it manages itself (the tutorial's compute class) and would "
-                f"ignore them: remove them, or set {NAMESPACE}:clusterMode to standard to use them"
-            ]
-        return []
-    problems = []
-    if hw.reservation_only and config.provisioning is not Capacity.RESERVATION:
-        problems.append(
-            f"{NAMESPACE}:provisioning = {config.provisioning.value!r} is not available for "
-            f"{hw.machine_type}: Google offers it only through reservations (\"You must use the "
-            "reservation-bound provisioning model\", A4X docs); set "
-            f"{NAMESPACE}:provisioning to reservation and {NAMESPACE}:reservation to yours"
-        )
-    if config.provisioning is Capacity.RESERVATION and not reservation_set:
-        problems.append(
-            f"{NAMESPACE}:reservation is not set but {NAMESPACE}:provisioning is "
-            "'reservation': set the reservation name "
-            f"(`gcloud compute reservations list --zones {config.zone}`)"
-            + ("" if hw.reservation_only else f", or choose {NAMESPACE}:provisioning spot or flex-start")
-        )
-    if config.provisioning is not Capacity.RESERVATION and reservation_set:
-        problems.append(
-            f"{NAMESPACE}:reservation is set but {NAMESPACE}:provisioning is "
-            f"{config.provisioning.value!r}, which consumes no reservation: remove "
-            f"{NAMESPACE}:reservation, or set {NAMESPACE}:provisioning to reservation"
-        )
-    if reservation_set and not re.fullmatch(
-        r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(/reservationBlocks/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?",
-        config.reservation,
-    ):
-        problems.append(
-            f"{NAMESPACE}:reservation = {quoted(config.reservation)} is not a reservation name: "
-            "use `<name>` or `<name>/reservationBlocks/<block>` (each at most 63 characters)"
-        )
-    return problems
-
-
-def name_problems(config: StackConfig) -> list[str]:
-    """Every name derived from the config, against the rule of the API that receives it."""
-    key = f"{NAMESPACE}:clusterName"
-    cluster_problem = names.cluster_name_problem(key, config.cluster)
-    if cluster_problem:
-        if config.cluster_name is None:
-            cluster_problem = (
-                f"the stack's name {quoted(config.stack)} makes the default cluster name "
-                f"{quoted(config.cluster)}, which GKE refuses (at most "
-                f"{names.CLUSTER_NAME_MAX} characters): set {key} to a shorter name"
-            )
-        return [cluster_problem]  # every other default name derives from it
-    problems = names.bucket_name_problems(f"{NAMESPACE}:bucketName", config.bucket)
-    if config.bucket_name is None and problems:
-        problems = [
-            f"the default bucket name {quoted(config.bucket)} (<clusterName>-<project>) is "
-            f"invalid: set {NAMESPACE}:bucketName, or a shorter {key} ({p})"
-            for p in problems
-        ]
-    if config.hardware.networking is NodeNetworking.RDMA_VPC:
-        problems += _network_name_problems(config)
-    if config.placement_policy:
-        problem = names.gce_name_problem(key, config.placement_policy, "placement policy")
-        problems += [problem] if problem else []
-    return problems
-
-
-def _network_name_problems(config: StackConfig) -> list[str]:
-    gvnic_key = f"{NAMESPACE}:" + ("gvnicNetworkPrefix" if config.gvnic_network_prefix else "clusterName")
-    rdma_key = f"{NAMESPACE}:" + ("rdmaNetworkPrefix" if config.rdma_network_prefix else "clusterName")
-    last_nic = config.hardware.rdma_nics - 1
-    derived = [
-        (gvnic_key, names.network_name(config.gvnic_prefix), "gVNIC network"),
-        (gvnic_key, names.subnet_name(config.gvnic_prefix), "gVNIC subnetwork"),
-        (gvnic_key, names.firewall_name(config.gvnic_prefix), "gVNIC firewall"),
-        (rdma_key, names.network_name(config.rdma_prefix), "RDMA network"),
-        (rdma_key, names.rdma_subnet_name(config.rdma_prefix, last_nic), "RDMA subnetwork"),
-    ]
-    found = (names.gce_name_problem(key, name, what) for key, name, what in derived)
-    return [problem for problem in found if problem]

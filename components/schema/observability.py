@@ -1,7 +1,7 @@
 """The monitoring settings of the stack config: where alerts go, and when "no new step" alerts.
 
-Checked with the rest of the config (config.cross_field_problems), each problem naming the key,
-the value as given and the fix.
+Checked with the rest of the config (config_checks.cross_field_problems), each problem naming
+the key, the value as given and the fix.
 """
 
 from __future__ import annotations
