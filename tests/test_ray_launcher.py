@@ -147,8 +147,10 @@ def test_the_test_heads_dashboard_runs_the_modules_it_was_given(shared_ray_head)
     subprocess modules in Ray 2.47.0.)"""
     from tests import local_ray
 
+    head = local_ray._descendants(shared_ray_head.pid)
+    # A process that is exiting (a job's worker) has an empty command line.
     names = {command.split()[0] for pid, (_, command) in local_ray._proc_table().items()
-             if pid in local_ray._descendants(shared_ray_head.pid)}
+             if pid in head and command.strip()}
     modules = {name.removeprefix("ray-dashboard-").rsplit("-", 1)[0]
                for name in names if name.startswith("ray-dashboard-")}
     assert modules == set(local_ray.DASHBOARD_MODULES)
