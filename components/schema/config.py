@@ -35,9 +35,8 @@ from components.schema.run import GrpoRunConfig
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
 from components.messages import quoted
 from components.schema import names, pulumi_forms
+from components.schema.pulumi_forms import NAMESPACE
 from components.schema.staging import StagingConfig, model_path
-
-NAMESPACE = "verl-gke"
 
 
 class ConfigError(pulumi.RunError):

@@ -20,14 +20,12 @@ from components.messages import quoted
 from components.schema import names
 from components.schema.choices import Capacity
 from components.schema.observability import observability_problems
+from components.schema.pulumi_forms import NAMESPACE
 from components.schema.run import run_problems
 from components.schema.staging import staging_problems
 
 if TYPE_CHECKING:
     from components.schema.config import StackConfig
-
-# config.py's NAMESPACE; not imported from there, since config.py imports this module.
-NAMESPACE = "verl-gke"
 
 
 def cross_field_problems(config: StackConfig) -> list[str]:
