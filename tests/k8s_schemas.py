@@ -18,8 +18,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-# The GKE version the program asks for on every target (components/schema/config.py). Objects are
-# validated against that minor's published schemas.
+# The GKE minor the program creates clusters at today (components/cluster/gke_version.py asks
+# GKE; the mock runtime answers 1.34, tools/mockrun.py). Objects are validated against that
+# minor's published schemas.
 KUBERNETES_VERSION = "1.34.0"
 
 CRD_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "schemas" / "crds"
