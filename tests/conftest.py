@@ -75,7 +75,8 @@ def ray_head(shared_ray_head):
 
 # The offline file that takes longest (make diff's renders, ~22 s alone), handed out right after
 # the real-Ray files so that it is not the one left running alone at the end. At -n 3 on two
-# cores: 158 s and 160 s, against 158-171 s (median 169 s, five runs) in its alphabetical place.
+# cores: 158, 160 and 168 s (median 160 s), against 158-171 s (median 169 s, five runs) in its
+# alphabetical place.
 LONGEST_OFFLINE_FILE = "test_plan_diff.py"
 
 
