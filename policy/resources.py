@@ -112,8 +112,6 @@ def validate_fixed_name_delete_first(args: ResourceValidationArgs, report: Repor
 
 # --- Labels ------------------------------------------------------------------------------------
 
-LABEL_INPUTS = ("labels", "resourceLabels")
-
 # What the program labels everything it owns with (components/schema/config.py resource_labels):
 # costs split by stack, target and cluster; preflight refuses a bucket labelled for another stack.
 # Spelled out here, not imported: the pack stands alone (its venv has none of components/);
