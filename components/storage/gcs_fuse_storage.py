@@ -145,6 +145,12 @@ class GcsFuseStorageArgs:
     service_account: str
     hf_token: pulumi.Input[str] | None  # a secret Output; None when staging is skipped
     arch: Arch
+    # The GKE cluster whose Workload Identity pool (`<project>.svc.id.goog`) the bucket grant
+    # names. GKE creates that pool with the project's first Workload Identity cluster, and IAM
+    # refuses a binding to a member of a pool that does not exist yet ("Identity Pool does not
+    # exist", terraform-google-modules/terraform-google-kubernetes-engine#916; google/kctf#193),
+    # so on a fresh project the grant must wait for the cluster (REAL-PROVIDER-REVIEW-3 finding 1).
+    workload_cluster: pulumi.Resource
     delete_bucket_on_destroy: bool = False
     # Labels of the bucket; the stack label also says which stack may adopt it.
     labels: dict[str, str] = field(default_factory=dict)
@@ -194,14 +200,16 @@ class GcsFuseStorage(pulumi.ComponentResource):
             gcp.storage.BucketIAMMemberArgs(
                 bucket=self.bucket.name,
                 role="roles/storage.objectUser",
-                # The principal names the KSA; IAM does not need it to exist, so the grant is made
-                # while the cluster is still being created (not after it, which would put IAM's
-                # propagation on the critical path of `pulumi up`).
+                # The principal names the KSA, which IAM does not need to exist; but its pool must
+                # (workload_cluster). The grant lands right after the cluster, while the system
+                # pool is still being created, so IAM's propagation stays off the critical path.
                 member=pulumi.Output.all(project_number, args.namespace).apply(
                     lambda v: workload_principal(v[0], args.project, v[1], args.service_account)
                 ),
             ),
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[args.workload_cluster])
+            ),
         )
         self.hf_secret_name: pulumi.Output[str] | None = None
         if args.hf_token is not None:
