@@ -12,6 +12,7 @@ through an inline volume of the same bucket: `inline_volume`).
 
 from __future__ import annotations
 
+import base64
 import enum
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -129,6 +130,24 @@ def inline_attributes(
     }
 
 
+def secret_data(value: pulumi.Input[str]) -> pulumi.Output[str]:
+    """A Secret's `data` value: `value` base64-encoded, and a Pulumi secret end to end.
+
+    Not `stringData`: the API server folds stringData into data and never returns it, so under
+    server-side apply (the cluster's provider sets enable_server_side_apply) the applier owns a
+    field the object does not hold, and another manager applying the same key conflicts on
+    `stringData.<key>` (Kubernetes docs, Secrets: "stringData ... does not work well with
+    server-side apply", kubernetes/website PR #43668). pulumi-kubernetes rewrites a known
+    stringData into data in Check only when no input is unknown (provider/pkg/provider/provider.go
+    normalizeInputs :2983-2990, clients/unstructured.go normalizeSecretStringData :134-154, at
+    @94977969d6), so a preview with an unknown namespace still sends stringData. With `data` the
+    inputs, the applied object and what every later read returns are one form (normalizeSecretData
+    only trims whitespace, which base64 has none of), so a later `up` or refresh sees no change.
+    pulumi-kubernetes marks a Secret's `data` secret in its state (annotateSecrets :3470-3480).
+    """
+    return pulumi.Output.secret(value).apply(lambda v: base64.b64encode(v.encode()).decode())
+
+
 def workload_principal(project_number: str, project: str, namespace: str, ksa: str) -> str:
     return (
         f"principal://iam.googleapis.com/projects/{project_number}/locations/global/"
@@ -217,7 +236,7 @@ class GcsFuseStorage(pulumi.ComponentResource):
                 f"{name}-hf-secret",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_SECRET_NAME, namespace=args.namespace),
                 type="Opaque",
-                string_data={HF_SECRET_KEY: pulumi.Output.secret(args.hf_token)},
+                data={HF_SECRET_KEY: secret_data(args.hf_token)},
                 opts=child,
             )
             # Consumers take the name from the Secret, so they wait for it and go before it.
