@@ -78,10 +78,20 @@ def test_new_clusters_get_the_minor_of_the_channels_default_of_today():
     assert ENGINE_VERSIONS in recording.invokes
 
 
-def test_a4x_keeps_the_defaults_minor_when_its_newest_patch_meets_dranets_floor():
-    """The REGULAR default 1.34.0-gke.2201000 is below 1.34.1-gke.1829001, but GKE offers
-    1.34.7-gke.1090000, which is what "1.34" resolves to: the default's minor is kept."""
+def test_a4x_checks_the_floor_against_the_channels_own_versions_not_every_channels():
+    """The REGULAR default 1.34.0-gke.2201000 is below DRANET's floor. 1.34.7-gke.1090000 is in
+    validMasterVersions, but that list is every channel's: REGULAR may not give it, so the
+    default's minor is not proven; the channel latest's minor (1.35) is (REAL-PROVIDER-REVIEW-3
+    finding 4)."""
     invokes = {ENGINE_VERSIONS: _versions("1.34.0-gke.2201000", "1.35.1-gke.1396000", REALISTIC_VALID)}
+    cluster = _run("a4x", invokes=invokes).one(CLUSTER)
+    assert cluster.plain_inputs["minMasterVersion"] == "1.35"
+
+
+def test_a4x_keeps_the_defaults_minor_when_the_channels_latest_of_that_minor_meets_the_floor():
+    """When REGULAR's own latest is a 1.34 patch at or above the floor, "1.34" resolves to at
+    least that patch in the channel: the default's minor is kept."""
+    invokes = {ENGINE_VERSIONS: _versions("1.34.0-gke.2201000", "1.34.7-gke.1090000", REALISTIC_VALID)}
     cluster = _run("a4x", invokes=invokes).one(CLUSTER)
     assert cluster.plain_inputs["minMasterVersion"] == "1.34"
 
@@ -110,7 +120,7 @@ def test_no_offered_version_meets_the_floor_stops_before_any_resource():
     error, recording = _run_failing("a4x", invokes=invokes)
     [message] = error.problems
     assert "verl-gke:region = 'us-central1'" in message and DRANET_FLOOR in message
-    assert "newest 1.34 patch: 1.34.1-gke.1700000" in message
+    assert "default 1.33.5-gke.1080000, latest 1.34.1-gke.1700000" in message
     assert "gcloud container get-server-config" in message
     assert recording.resources == []
 
