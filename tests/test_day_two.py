@@ -134,6 +134,57 @@ def test_a_replacement_of_the_cluster_asks_for_the_minor_not_a_stored_patch():
     assert sent.count(".") == 1 and "-gke." not in sent, sent
 
 
+def _export(min_master_version: str) -> dict:
+    """A `pulumi stack export` document (apitype.UntypedDeployment: version, deployment with
+    resources, each with urn, type, inputs, outputs) of a stack whose cluster stores
+    `min_master_version`, with a node pool at a patch and a secret as the export writes it."""
+    urn = "urn:pulumi:a4::verl-gke::verl-gke:index:GkeCluster$gcp:container/cluster:Cluster::gke-cluster"
+    secret = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270", "ciphertext": "v1:x"}
+    return {"version": 3, "deployment": {"manifest": {}, "resources": [
+        {"urn": "urn:pulumi:a4::verl-gke::pulumi:pulumi:Stack::verl-gke-a4", "type": "pulumi:pulumi:Stack"},
+        {"urn": urn, "type": CLUSTER, "custom": True,
+         "inputs": {"minMasterVersion": min_master_version, "name": "verl-a4"},
+         "outputs": {"minMasterVersion": min_master_version, "masterVersion": "1.34.6-gke.1129000",
+                     "masterAuth": secret}},
+        {"urn": urn.replace("Cluster::gke-cluster", "NodePool::system-pool").replace("/cluster:", "/nodePool:"),
+         "type": "gcp:container/nodePool:NodePool", "custom": True,
+         "inputs": {"version": "1.34.3-gke.1051000"}, "outputs": {"version": "1.34.3-gke.1051000"}},
+    ]}}
+
+
+def test_a_stack_from_before_the_alias_is_moved_onto_it_once(tmp_path, capsys):
+    """docs/operations.md's one-time step: tools/version_alias.py rewrites the cluster's stored
+    exact patch, in its inputs (what the engine copies into a replacement) and its provider
+    state, to the minor; nothing else in the export changes, and a second run finds nothing to
+    do (REAL-PROVIDER-REVIEW-3 finding 3)."""
+    from tools import version_alias
+
+    operations = (plan.ROOT / "docs" / "operations.md").read_text()
+    assert "python -m tools.version_alias state.json" in operations
+    assert "pulumi stack import --file state.json" in operations
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(_export("1.34.3-gke.1051000")))
+    assert version_alias.main([str(state)]) == 0
+    after = json.loads(state.read_text())
+    expected = _export("1.34")
+    assert after == expected
+    assert after["deployment"]["resources"][1]["outputs"]["masterVersion"] == "1.34.6-gke.1129000"
+    capsys.readouterr()
+    assert version_alias.main([str(state)]) == 0
+    assert "nothing to do" in capsys.readouterr().out and json.loads(state.read_text()) == expected
+
+
+def test_the_alias_step_names_the_fix_for_a_file_that_is_not_an_export(tmp_path, capsys):
+    """A wrong file ends in exit 2 and a message with the export command, never a traceback."""
+    from tools import cli, version_alias
+
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"outputs": {}}))
+    assert cli.run(version_alias.main, [str(state)]) == 2
+    assert "pulumi stack export --file state.json" in capsys.readouterr().err
+    assert cli.run(version_alias.main, [str(tmp_path / "missing.json")]) == 2
+
+
 def _failing(reason: str):
     """An invoke answer the way a provider fails: a failure the SDK returns as data."""
     return ({}, [("", reason)])
