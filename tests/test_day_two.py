@@ -146,7 +146,7 @@ def _export(min_master_version: str) -> dict:
          "inputs": {"minMasterVersion": min_master_version, "name": "verl-a4"},
          "outputs": {"minMasterVersion": min_master_version, "masterVersion": "1.34.6-gke.1129000",
                      "masterAuth": secret}},
-        {"urn": urn.replace("Cluster::gke-cluster", "NodePool::system-pool").replace("/cluster:", "/nodePool:"),
+        {"urn": urn.replace("/cluster:Cluster::gke-cluster", "/nodePool:NodePool::gke-system-pool"),
          "type": "gcp:container/nodePool:NodePool", "custom": True,
          "inputs": {"version": "1.34.3-gke.1051000"}, "outputs": {"version": "1.34.3-gke.1051000"}},
     ]}}

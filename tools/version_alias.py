@@ -14,7 +14,8 @@ The rewrite changes nothing in the cloud: min_master_version is Optional and nev
 (:1799-1801; Read sets master_version, :3752), the ignore keeps it out of the next diff, and
 even without the ignore the provider upgrades only when the running version is lower than the
 one asked for (:4918-4931, `cur.LessThan(des)`), which a minor alias never is
-(hashicorp/go-version orders `1.34.6-gke.N` above `1.34`; REAL-PROVIDER-REVIEW-3 finding 3). Secrets stay as the export wrote them (ciphertext).
+(hashicorp/go-version orders `1.34.6-gke.N` above `1.34`; REAL-PROVIDER-REVIEW-3 finding 3).
+Secrets stay as the export wrote them (ciphertext).
 
     pulumi stack export --file state.json
     .venv/bin/python -m tools.version_alias state.json
