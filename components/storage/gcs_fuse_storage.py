@@ -137,13 +137,14 @@ def secret_data(value: pulumi.Input[str]) -> pulumi.Output[str]:
     server-side apply (the cluster's provider sets enable_server_side_apply) the applier owns a
     field the object does not hold, and another manager applying the same key conflicts on
     `stringData.<key>` (Kubernetes docs, Secrets: "stringData ... does not work well with
-    server-side apply", kubernetes/website PR #43668). pulumi-kubernetes rewrites a known
-    stringData into data in Check only when no input is unknown (provider/pkg/provider/provider.go
-    normalizeInputs :2983-2990, clients/unstructured.go normalizeSecretStringData :134-154, at
-    @94977969d6), so a preview with an unknown namespace still sends stringData. With `data` the
-    inputs, the applied object and what every later read returns are one form (normalizeSecretData
-    only trims whitespace, which base64 has none of), so a later `up` or refresh sees no change.
-    pulumi-kubernetes marks a Secret's `data` secret in its state (annotateSecrets :3470-3480).
+    server-side apply", kubernetes/website PR #43668). pulumi-kubernetes rewrites stringData into
+    data in Check only when no input is unknown (provider/pkg/provider/provider.go normalizeInputs
+    :2983-2990, clients/unstructured.go normalizeSecretStringData :134-154, at @94977969d6), so
+    which of the two its checked inputs hold depends on when Check ran (a preview of a new stack
+    has an unknown namespace). With `data` the inputs, the applied object and every later read
+    are one form (normalizeSecretData decodes and re-encodes, :157-188, which leaves standard
+    base64 as it is), so a later `up` or refresh sees no change. pulumi-kubernetes marks a
+    Secret's `data` secret in its state (annotateSecrets, provider.go :3470-3480).
     """
     return pulumi.Output.secret(value).apply(lambda v: base64.b64encode(v.encode()).decode())
 
