@@ -91,10 +91,39 @@ def test_dashboard_has_the_issues_widgets_on_a_non_overlapping_grid(program):
         assert needed in titles, needed
     cells = set()
     for t in tiles:
-        tile_cells = {(t["xPos"] + x, t["yPos"] + y) for x in range(t["width"]) for y in range(t["height"])}
+        # A position of 0 is not sent (the API would leave it out: test_steady_state).
+        x0, y0 = t.get("xPos", 0), t.get("yPos", 0)
+        tile_cells = {(x0 + x, y0 + y) for x in range(t["width"]) for y in range(t["height"])}
         assert not cells & tile_cells
-        assert t["xPos"] + t["width"] <= dashboard_module.COLUMNS
+        assert x0 + t["width"] <= dashboard_module.COLUMNS
         cells |= tile_cells
+    assert (0, 0) in cells
+
+
+def _defaults_sent(value, path=""):
+    """Paths in a dashboard body that hold a proto3 default (0, false, "", []); map entries
+    (`labels`) excepted, as proto3 JSON prints them whatever their value."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "labels":
+                continue
+            if inner is False or inner == "" or inner == [] or (type(inner) in (int, float) and inner == 0):
+                yield f"{path}.{key}"
+            else:
+                yield from _defaults_sent(inner, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from _defaults_sent(inner, f"{path}[{i}]")
+
+
+def test_the_dashboard_sends_no_field_at_its_proto3_default(program):
+    """The Monitoring API returns the dashboard without fields at their proto3 default, and the
+    provider then sees a diff on every `up`: the body sends none (the first row and column have
+    no xPos/yPos)."""
+    _, _, _, recording = program
+    body = dashboard_body(recording)
+    assert list(_defaults_sent(body)) == []
+    assert sum("xPos" not in t for t in body["mosaicLayout"]["tiles"]) >= 1
 
 
 _PROMQL_NAME = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{")
