@@ -18,7 +18,8 @@ from components.observability import dashboard as dashboard_module
 from components.observability.scope import Scope
 from components.observability.training_log import Kind, log_metrics
 from components.observability.training_observability import (
-    CLIP_FRACTION_CEILING, COLLAPSE_MINUTES, ENTROPY_FLOOR, gpus_idle_query, logs_url,
+    CLIP_FRACTION_CEILING, COLLAPSE_MINUTES, ENTROPY_FLOOR, gpus_idle_query, gpus_unused_query,
+    logs_url,
 )
 from components.schema import config
 from components.schema.config import ConfigError
@@ -44,7 +45,7 @@ def dashboard_body(recording) -> dict:
 
 def test_every_stack_defines_the_log_metrics_dashboard_and_alerts(program):
     """Each plan holds one log-based metric per training value and counter, one dashboard and
-    the six alerts (the two signs of policy collapse among them), all children of the
+    the seven alerts (the two signs of policy collapse among them), all children of the
     TrainingObservability component."""
     _, _, _, recording = program
     component = recording.one("verl-gke:index:TrainingObservability", "observability")
@@ -54,7 +55,8 @@ def test_every_stack_defines_the_log_metrics_dashboard_and_alerts(program):
     }
     alerts = {a.name for a in recording.of_type(ALERT)}
     assert alerts == {f"observability-alert-{k}" for k in (
-        "job-failed", "reward-nan", "no-step", "gpus-idle", "entropy-collapse", "clip-fraction-high",
+        "job-failed", "reward-nan", "no-step", "gpus-idle", "gpus-unused", "entropy-collapse",
+        "clip-fraction-high",
     )}
     for resource in [*metrics, *recording.of_type(ALERT), recording.one(DASHBOARD)]:
         assert resource.parent == component.urn
@@ -213,6 +215,23 @@ def test_alerts_default_to_no_channel_and_a_60_minute_no_step_window():
     assert 'Name="TaskRunner"' in gpus_idle["query"]
 
 
+def test_gpu_workers_up_with_no_run_alert_on_a_forgotten_cluster():
+    """Nothing bills for nobody unnoticed: an alert fires when, for an hour, the cluster's GPU
+    nodes report (DCGM) and the RayCluster's pods are up (Ray's per-node series, gone once a
+    release deletes every pod) while no verl TaskRunner is alive; its three parts are combined
+    as `gpus and ray unless taskrunner`, each scoped to this stack's cluster."""
+    _, recording = rendered("a4", "standard")
+    scope = scope_of(recording)
+    condition = _alerts(recording)["gpus-unused"]["conditions"][0]["conditionPrometheusQueryLanguage"]
+    assert condition["query"] == gpus_unused_query(scope)
+    assert condition["duration"] == "3600s" and condition["disableMetricValidation"] is True
+    gpus, rest = condition["query"].split(" and on() ")
+    ray, task_runner = rest.split(" unless on() ")
+    assert gpus == f"count(DCGM_FI_DEV_GPU_UTIL{{{scope.promql_cluster()}}}) > 0"
+    assert ray == f"count(ray_node_mem_used{{{scope.promql_labels()}}}) > 0"
+    assert 'Name="TaskRunner", State="ALIVE"' in task_runner and task_runner.endswith("> 0")
+
+
 def test_alert_settings_come_from_the_stack_config():
     """verl-gke:alertNotificationChannel reaches every alert; noStepAlertMinutes sets the
     absence window."""
@@ -336,7 +355,8 @@ def test_log_metric_alerts_wait_for_the_raycluster_so_monitoring_knows_their_met
         assert "logging.googleapis.com/user/" in json.dumps(alerts[name]["inputs"]["conditions"]), name
         waits = _ancestors(resources, alerts[name]["urn"])
         assert ray in waits and metrics <= waits, name
-    assert ray not in _ancestors(resources, alerts["observability-alert-gpus-idle"]["urn"])
+    for key in ("gpus-idle", "gpus-unused"):
+        assert ray not in _ancestors(resources, alerts[f"observability-alert-{key}"]["urn"])
 
 
 def _aggregations_of_value_metrics(recording) -> list[tuple[str, str, str]]:

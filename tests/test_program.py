@@ -16,7 +16,8 @@ import yaml
 from components.facts import pins
 from components.facts.layout import CHECKPOINT_MOUNT
 from components.storage.gcs_fuse_storage import MountUse, mount_options
-from components.facts.hardware import Arch, profile
+from components.facts.expectations import EXPECTATIONS
+from components.facts.hardware import Arch, Target, profile
 from tests import k8s_schemas
 from tests.conftest import rendered
 from tools import mockrun, plan
@@ -527,7 +528,7 @@ def test_cluster_check_runs_before_the_job_and_a_recheck_stops_the_job_first():
     assert run.input_dependencies["checked"] == {check.urn}
     want = check.plain_inputs["expected"]
     assert (want["gpus_per_node"], want["gpu_name"], want["nodes"]) == (8, "H200", 2)
-    assert want["min_busbw_gbs"] == 25.0
+    assert want["min_busbw_gbs"] == EXPECTATIONS[Target.A3_ULTRA].min_busbw_gbs == 215.0
     assert "--read-path /data/Qwen2.5-32B-Instruct" in check.plain_inputs["entrypoint"]
 
 
