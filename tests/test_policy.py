@@ -514,11 +514,11 @@ def test_tracker_keys_reach_the_cluster_only_as_secrets(monkeypatch):
     inputs, recording = plan.run_program("a4", "standard")
     found = plan.plan_document("a4", inputs, recording)["resources"]
     trackers = one(found, K8S_SECRET, "trackers-secret")
-    assert trackers["inputs"]["stringData"] == {"WANDB_API_KEY": "[secret]"}
+    assert trackers["inputs"]["data"] == {"WANDB_API_KEY": "[secret]"}
     assert violations("credentials-are-secrets", found) == []
-    trackers["inputs"]["stringData"]["WANDB_API_KEY"] = "wandb-EXAMPLE-KEY"
+    trackers["inputs"]["data"]["WANDB_API_KEY"] = "d2FuZGItRVhBTVBMRS1LRVk="
     [message] = violations("credentials-are-secrets", [trackers])
-    assert message.startswith("stringData.WANDB_API_KEY holds a credential in plain text")
+    assert message.startswith("data.WANDB_API_KEY holds a credential in plain text")
 
 
 @pytest.mark.parametrize("leak", ["hf token", "kubeconfig", "job kubeconfig", "tracker key env", "container env"])
