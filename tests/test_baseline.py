@@ -202,7 +202,7 @@ def test_the_cluster_lives_in_the_stacks_private_network(stack, mode):
     }
     nat = recording.one("gcp:compute/routerNat:RouterNat").plain_inputs
     assert nat["sourceSubnetworkIpRangesToNat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
-    assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True, "enablePrivateEndpoint": False}
+    assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True}  # no IP endpoint: tests/test_components.py
 
 
 def test_a_named_network_is_used_as_it_is():
