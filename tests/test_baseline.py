@@ -227,6 +227,7 @@ def test_control_plane_access_can_be_limited():
     ("overrides", "expected"),
     [
         ({"verl-gke:controlPlaneCidrs": '["10.0.0.1/8"]'}, "is not an IPv4 CIDR range"),
+        ({"verl-gke:controlPlaneCidrs": '["0.0.0.0/0"]'}, "lets every address reach the control plane"),
         ({"verl-gke:controlPlaneCidrs": json.dumps([f"10.{i}.0.0/16" for i in range(51)])}, "GKE takes at most 50"),
         ({"verl-gke:network": "corp-vpc"}, "verl-gke:network and verl-gke:subnetwork go together"),
         ({"verl-gke:labels": '{"Team": "x"}'}, "label key 'Team' is invalid"),
