@@ -181,7 +181,8 @@ def test_the_two_step_upgrade_updates_in_place_and_replaces_nothing():
     the provider gains its clusterIdentifier, kubeconfig unchanged. Step 2, controlPlaneCidrs
     removed: the IP endpoint goes, the kubeconfig moves to the DNS endpoint under the same
     clusterIdentifier. Both are updates: the cluster's endpoint blocks are not ForceNew
-    (tools/force_new.py) and the provider is never replaced."""
+    (tools/force_new.py), the provider is never replaced, and the run and the cluster check
+    take the new kubeconfig as an update of their `access`."""
     before, old_provider = _deployed_before_dns_endpoints()
     step_1, providers, step_1_provider = _rendered_with_cidrs()
     step_2, _ = _plan("a4", "standard")
@@ -198,3 +199,18 @@ def test_the_two_step_upgrade_updates_in_place_and_replaces_nothing():
         assert not _kubernetes_provider_replaced(old_config, new_config)
     assert _active_cluster(step_1_provider["kubeconfig"]) == _active_cluster(old_provider["kubeconfig"])
     assert _active_cluster(step_2_provider["kubeconfig"]) != _active_cluster(step_1_provider["kubeconfig"])
+    # The job and the cluster check hold the kubeconfig in `access` (a secret in the plan):
+    # their own diff() takes the new one as an update, never a resubmission.
+    judged_types = []
+    for r in step_2:
+        if r["urn"] in providers and "access" in r["inputs"]:
+            judged_types.append(r["type"])
+            olds = copy.deepcopy(r["inputs"])
+            olds["access"]["kubeconfig"] = step_1_provider["kubeconfig"]
+            news = copy.deepcopy(r["inputs"])
+            news["access"]["kubeconfig"] = step_2_provider["kubeconfig"]
+            judged = plan_diff.provider_diff(providers[r["urn"]], f"{r['name']}-id", olds, news)
+            assert (r["type"], judged.changes, judged.replaces) == (r["type"], True, ())
+    assert sorted(judged_types) == [
+        "pulumi-python:dynamic/verl-gke:ClusterCheckRun", "pulumi-python:dynamic/verl-gke:GrpoRun",
+    ]
