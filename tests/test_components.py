@@ -5,7 +5,8 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from components.cluster.gke_cluster import GkeCluster, GkeClusterArgs, dns_endpoint
+from components.cluster.gke_cluster import GkeCluster, GkeClusterArgs
+from components.cluster.kubeconfig import dns_endpoint
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.schema.choices import Capacity
 from components.facts.hardware import profile

@@ -25,6 +25,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from components.cluster.kubeconfig import cluster_identifier, dns_endpoint, kubeconfig
 from components.cluster.node_identity import OAUTH_SCOPES, node_baseline
 from components.options import child_options, fixed_name
 
@@ -140,7 +141,7 @@ class GkeCluster(pulumi.ComponentResource):
             k8s.ProviderArgs(
                 kubeconfig=self.kubeconfig,
                 enable_server_side_apply=True,
-                cluster_identifier=cluster_identifier(args),
+                cluster_identifier=cluster_identifier(args.project, args.region, args.cluster_name),
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -182,81 +183,6 @@ def ignored_inputs(args: GkeClusterArgs) -> list[str]:
         *([] if args.autopilot else ["nodeConfig"]),
         *([] if args.exclusion_start else [EXCLUSION_START_PATH]),
     ]
-
-
-def cluster_identifier(args: GkeClusterArgs) -> str:
-    """What the Kubernetes provider is replaced on, and on nothing else: the cluster's name.
-
-    Without it, pulumi-kubernetes replaces its provider, and with it every object in the
-    cluster, whenever the kubeconfig's server or CA changes (DiffConfig, pulumi-kubernetes
-    provider/pkg/provider/provider.go:545-560 @94977969d6), as moving from the IP to the DNS
-    endpoint does. With it, a changed kubeconfig is an update, unless the identifier changes
-    (:486-503, which also covers an unknown kubeconfig at preview, :505-516). It is a plain
-    string, known at preview, and changes only with the cluster itself (a new name replaces the
-    cluster: replaceOnChanges).
-    """
-    return f"projects/{args.project}/locations/{args.region}/clusters/{args.cluster_name}"
-
-
-def dns_endpoint(config: object) -> str:
-    """The cluster's DNS endpoint, e.g. gke-<id>.<region>.gke.goog, from its read-back
-    controlPlaneEndpointsConfig: "Output only ... Always present" (GKE API container.v1
-    discovery document, DNSEndpointConfig.endpoint; google-api-python-client 2.202.0
-    discovery_cache/documents/container.v1.json:5079, revision 20261027), read into state by
-    flattenDnsEndpointConfig (terraform-provider-google-beta @93c65b2d60
-    google-beta/services/container/resource_container_cluster.go:8047-8058)."""
-    endpoint = getattr(getattr(config, "dns_endpoint_config", None), "endpoint", None)
-    if not endpoint:
-        raise ValueError(
-            "the GKE cluster read back no controlPlaneEndpointsConfig.dnsEndpointConfig.endpoint, "
-            "which the API always fills: run `pulumi refresh` and `pulumi up` again"
-        )
-    return endpoint
-
-
-def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str | None) -> str:
-    """A kubeconfig that authenticates with gke-gcloud-auth-plugin, as `get-credentials` does.
-
-    `ca_certificate` None: the DNS endpoint, which presents a publicly trusted certificate, so
-    the kubeconfig names no CA, as `gcloud container clusters get-credentials --dns-endpoint`
-    writes it (google-cloud-sdk googlecloudsdk/api_lib/container/kubeconfig.py `Cluster`: no
-    certificate-authority-data `has_dns_endpoint`; util.py `ClusterConfig.Persist` passes it
-    whenever the IP endpoints are disabled). The user entry is the same for both endpoints.
-
-    It holds no token (the plugin fetches one per call), but it names the endpoint (and CA), so
-    the program treats it as a secret anyway.
-    """
-    context = f"gke_{cluster_name}"
-    authority = (
-        [] if ca_certificate is None else [f"    certificate-authority-data: {ca_certificate}"]
-    )
-    return "\n".join(
-        [
-            "apiVersion: v1",
-            "kind: Config",
-            "clusters:",
-            f"- name: {context}",
-            "  cluster:",
-            *authority,
-            f"    server: https://{endpoint}",
-            "contexts:",
-            f"- name: {context}",
-            "  context:",
-            f"    cluster: {context}",
-            f"    user: {context}",
-            f"current-context: {context}",
-            "users:",
-            f"- name: {context}",
-            "  user:",
-            "    exec:",
-            "      apiVersion: client.authentication.k8s.io/v1beta1",
-            "      command: gke-gcloud-auth-plugin",
-            "      installHint: Install gke-gcloud-auth-plugin "
-            "(gcloud components install gke-gcloud-auth-plugin)",
-            "      provideClusterInfo: true",
-            "",
-        ]
-    )
 
 
 def _common(args: GkeClusterArgs) -> dict:
@@ -317,15 +243,16 @@ def _control_plane_endpoints(
     nothing else of the IP side (no public endpoint, no authorized networks, :7119-7124). Left
     unset, allowExternalTraffic would go out as false: the DNS endpoint then serves only
     Google-internal traffic (container.v1 DNSEndpointConfig.allowExternalTraffic, discovery
-    document container.v1.json:5067). The block is not ForceNew (schema :2254-2312, and no CustomizeDiff
-    forces it, :256-271): a change is
-    one UpdateCluster with DesiredControlPlaneEndpointsConfig (:4105-4119), in place. The API
+    document container.v1.json:5067). The block is not ForceNew (schema :2254-2312, and no
+    CustomizeDiff forces it, :256-271): a change is one UpdateCluster with
+    DesiredControlPlaneEndpointsConfig (:4105-4119), in place. The API
     reads both fields back as sent (flattenDnsEndpointConfig, flattenIpEndpointsConfig
     :8047-8070). Standard and Autopilot alike (no ConflictsWith on enable_autopilot).
     enableK8sTokensViaDns / enableK8sCertsViaDns stay off: the kubeconfig authenticates with
     Google OAuth tokens from gke-gcloud-auth-plugin, not Kubernetes tokens or certificates.
     """
     ip_enabled = bool(args.control_plane_cidrs)
+    # pulumi-gcp 10.2.0's typed Args (.venv pulumi_gcp/container/_inputs.py:7062, 7119, 7196).
     return gcp.container.ClusterControlPlaneEndpointsConfigArgs(
         dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
             allow_external_traffic=True
@@ -341,15 +268,16 @@ def _private_cluster(args: GkeClusterArgs) -> gcp.container.ClusterPrivateCluste
 
     GKE >= 1.29 runs the control plane's private side over Private Service Connect, so no
     master CIDR block is needed. The API now prefers NetworkConfig.defaultEnablePrivateNodes
-    (container.v1 PrivateClusterConfig: "Deprecated: Use NetworkConfig.default_enable_private_nodes");
-    pulumi-gcp 10.2 has no such cluster argument, and the API still honours this one.
+    (container.v1 PrivateClusterConfig: "Deprecated: Use
+    NetworkConfig.default_enable_private_nodes"); pulumi-gcp 10.2 has no such cluster argument,
+    and the API still honours this one.
 
     enable_private_endpoint=False (a public IP endpoint, limited to `control_plane_cidrs`) only
     when there is an IP endpoint: with the IP endpoints disabled the provider does not send it
     (expandControlPlaneEndpointsConfig returns before :7126), reads back whatever the API
     dictates, and suppresses that diff (containerClusterApiDictatedPrivateEndpointField,
-    :9073-9076 and 9108-9134, in google-beta since 8e44798f52, 2026-08-19, an ancestor of the 8.0.0 release
-    pulumi-gcp 10 bridges). Sending nothing there says what happens.
+    :9073-9076 and 9108-9134, in google-beta since 8e44798f52, 2026-08-19, an ancestor of the
+    8.0.0 release pulumi-gcp 10 bridges). Sending nothing there says what happens.
     """
     if not args.control_plane_cidrs:
         return gcp.container.ClusterPrivateClusterConfigArgs(enable_private_nodes=True)
