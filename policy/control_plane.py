@@ -31,7 +31,8 @@ def open_ip_endpoint(props: Mapping[str, Any]) -> str | None:
         # Absent, the provider sends authorized networks disabled (beta :6909-6919).
         return "its public IP endpoint takes any address (no masterAuthorizedNetworksConfig)"
     if lookup(networks, "gcpPublicCidrsAccessEnabled") is True:
-        return "masterAuthorizedNetworksConfig.gcpPublicCidrsAccessEnabled lets every Compute Engine address in"
+        return ("masterAuthorizedNetworksConfig.gcpPublicCidrsAccessEnabled lets every Compute "
+                "Engine address in")
     for block in lookup(networks, "cidrBlocks", []) or []:
         cidr = lookup(block, "cidrBlock")
         try:
