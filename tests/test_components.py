@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pulumi
 import pytest
 
 from components.cluster.gke_cluster import GkeCluster, GkeClusterArgs
-from components.cluster.kubeconfig import dns_endpoint
+from components.cluster.kubeconfig import cluster_identifier, dns_endpoint
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.schema.choices import Capacity
 from components.facts.hardware import profile
@@ -207,12 +209,15 @@ def test_a_stack_keeping_its_ip_endpoint_keeps_its_kubeconfig():
 
 @pytest.mark.parametrize("cidrs", [(), CIDRS], ids=["dns", "ip"])
 def test_the_kubernetes_provider_is_replaced_only_with_the_cluster(cidrs):
-    """The provider carries a clusterIdentifier, a plain string naming the cluster: a changed
-    kubeconfig (IP endpoint to DNS endpoint) is then an update of the provider, not a
-    replacement of every object in the cluster (pulumi-kubernetes DiffConfig)."""
+    """The provider carries a clusterIdentifier, a plain string naming the cluster and its CA
+    (the mock's): a changed kubeconfig (IP endpoint to DNS endpoint) is then an update of the
+    provider, not a replacement of every object in the cluster (pulumi-kubernetes
+    DiffConfig), while a new cluster under the same name (a new CA) still replaces it."""
     provider = _gke(cidrs).one(K8S_PROVIDER).plain_inputs
-    assert provider["clusterIdentifier"] == "projects/p/locations/us-central1/clusters/c"
+    digest = hashlib.sha256(mockrun.FAKE_CA.encode()).hexdigest()[:16]
+    assert provider["clusterIdentifier"] == f"projects/p/locations/us-central1/clusters/c@ca-sha256:{digest}"
     assert provider["kubeconfig"] == "[secret]"
+    assert cluster_identifier("p", "us-central1", "c", "T1RIRVItQ0E=") != provider["clusterIdentifier"]
 
 
 def test_a_cluster_without_its_dns_endpoint_is_named_with_the_fix():

@@ -214,3 +214,16 @@ def test_the_two_step_upgrade_updates_in_place_and_replaces_nothing():
     assert sorted(judged_types) == [
         "pulumi-python:dynamic/verl-gke:ClusterCheckRun", "pulumi-python:dynamic/verl-gke:GrpoRun",
     ]
+
+
+def test_a_cluster_replaced_under_its_name_still_replaces_the_kubernetes_provider():
+    """A ForceNew change recreates the cluster under the same name (delete first): the new one
+    is empty, so the provider, and the objects in the cluster, must be replaced with it. The
+    DNS kubeconfig names no CA and maybe the same DNS name; the clusterIdentifier carries the
+    CA's digest, which the new cluster does not share (and which is unknown at the preview of
+    the replacement, which DiffConfig also takes as a replacement)."""
+    _, recording = rendered("a4", "standard")
+    config = _provider_config(recording)
+    recreated = dict(config, clusterIdentifier=config["clusterIdentifier"].rsplit("@", 1)[0] + "@ca-sha256:0")
+    assert _active_cluster(recreated["kubeconfig"]) == _active_cluster(config["kubeconfig"])
+    assert _kubernetes_provider_replaced(config, recreated)

@@ -238,7 +238,7 @@ READBACK: dict[str, ReadBack] = {
     "pulumi:providers:kubernetes": ReadBack(
         "a provider's stored inputs against its new ones (K8S provider.go:454 DiffConfig); the "
         "kubeconfig is built from the cluster's DNS endpoint (or, with controlPlaneCidrs, its IP "
-        "endpoint and CA), which do not change; clusterIdentifier is a plain string"),
+        "endpoint and CA), which do not change; so is clusterIdentifier (the cluster's name and CA)"),
     "kubernetes:helm.sh/v3:Release": ReadBack(
         "the release's stored `__inputs` against the new inputs (K8S helm_release.go:795-855)"),
     **{

@@ -141,7 +141,9 @@ class GkeCluster(pulumi.ComponentResource):
             k8s.ProviderArgs(
                 kubeconfig=self.kubeconfig,
                 enable_server_side_apply=True,
-                cluster_identifier=cluster_identifier(args.project, args.region, args.cluster_name),
+                cluster_identifier=self.cluster.master_auth.cluster_ca_certificate.apply(
+                    lambda ca: cluster_identifier(args.project, args.region, args.cluster_name, ca)
+                ),
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,

@@ -8,19 +8,27 @@ endpoint (components/cluster/gke_cluster.py decides which).
 
 from __future__ import annotations
 
+import hashlib
 
-def cluster_identifier(project: str, region: str, cluster_name: str) -> str:
-    """What the Kubernetes provider is replaced on, and on nothing else: the cluster's name.
+def cluster_identifier(project: str, region: str, cluster_name: str, ca_certificate: str) -> str:
+    """What the Kubernetes provider is replaced on, and on nothing else: this cluster, as one
+    instance (its resource name and a digest of its CA).
 
     Without it, pulumi-kubernetes replaces its provider, and with it every object in the
-    cluster, whenever the kubeconfig's server or CA changes (DiffConfig, pulumi-kubernetes
-    provider/pkg/provider/provider.go:545-560 @94977969d6), as moving from the IP to the DNS
-    endpoint does. With it, a changed kubeconfig is an update, unless the identifier changes
-    (:486-503, which also covers an unknown kubeconfig at preview, :505-516). It is a plain
-    string, known at preview, and changes only with the cluster itself (a new name replaces the
-    cluster: replaceOnChanges).
+    cluster, whenever the kubeconfig's active cluster (server, CA) changes (DiffConfig,
+    pulumi-kubernetes provider/pkg/provider/provider.go:545-560 @94977969d6), as moving from the
+    IP to the DNS endpoint does. With it, a changed kubeconfig is an update, and only a changed
+    identifier replaces (:486-503, which also covers an unknown kubeconfig at preview,
+    :505-516). The name alone would not do: a cluster replaced under the same name (a ForceNew
+    field, delete first) must still replace the provider, so that the objects are created again
+    in the new, empty cluster; the DNS-endpoint kubeconfig holds no CA to show it. A new
+    cluster has a new CA (master_auth.cluster_ca_certificate, Computed, read from
+    MasterAuth.clusterCaCertificate), unknown at the preview of its replacement, which makes
+    DiffConfig replace; an in-place update keeps it. The digest keeps the identifier short and
+    says nothing the state does not already hold.
     """
-    return f"projects/{project}/locations/{region}/clusters/{cluster_name}"
+    digest = hashlib.sha256(ca_certificate.encode()).hexdigest()[:16]
+    return f"projects/{project}/locations/{region}/clusters/{cluster_name}@ca-sha256:{digest}"
 
 
 def dns_endpoint(config: object) -> str:
