@@ -190,6 +190,7 @@ storage = GcsFuseStorage(
         service_account=cfg.service_account,
         hf_token=pulumi.Output.secret(cfg.hf_token.get_secret_value()) if cfg.hf_token else None,
         arch=hw.arch,
+        workload_cluster=gke.cluster,
         delete_bucket_on_destroy=cfg.delete_bucket_on_destroy,
         labels=cfg.resource_labels,
         adopt=found.bucket is not None,

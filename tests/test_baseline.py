@@ -14,7 +14,7 @@ import pulumi_gcp as gcp
 import pytest
 
 from components.cluster.node_identity import NODE_ROLES
-from components.preflight import apis
+from components.preflight import apis, capacity
 from components.schema.config import ConfigError
 from tests.conftest import STACK_MODES, rendered
 from tools import mockrun, plan
@@ -156,6 +156,50 @@ def test_the_regions_quota_wins_over_the_default():
 def test_an_unlisted_quota_does_not_block():
     """The quota id is Google's to change: if it is not listed, the run goes on (warned)."""
     _run("a4", {"verl-gke:provisioning": "spot"}, {QUOTA_INFOS: _quota(0, quota_id="RENAMED")})
+
+
+def _c2_quota(value, region="us-central1"):
+    """getSQuotaInfos listing the regional C2 CPU quota (components/preflight/capacity.py)."""
+    return {"quotaInfos": [
+        {"quotaId": "CPUS-per-project-region", "dimensionsInfos": []},
+        {"quotaId": "C2-CPUS-per-project-region", "dimensionsInfos": [
+            {"dimensions": {"region": region}, "details": [{"value": str(value)}]}
+        ]},
+    ]}
+
+
+def test_the_system_pool_needs_the_regions_c2_cpu_quota(monkeypatch):
+    """A Standard cluster's system pool is c2-standard-16, 1 to 5 nodes, surge 1: a C2 quota
+    below its first node and surge (32 vCPUs) is refused before anything is created, whatever
+    the GPUs come from; below the autoscaler's maximum and surge (96) it only warns."""
+    warned = []
+    monkeypatch.setattr("pulumi.log.warn", lambda message, *a, **k: warned.append(message))
+    [message] = _problems("a4", None, {QUOTA_INFOS: _c2_quota(16)})
+    assert "needs 32 C2 vCPUs for its first node and its upgrade surge" in message
+    assert "C2-CPUS-per-project-region there is 16" in message and "request at least 96" in message
+    _run("a4", None, {QUOTA_INFOS: _c2_quota(32)})
+    assert any("C2-CPUS-per-project-region in us-central1 is 32" in w for w in warned), warned
+    warned.clear()
+    _run("a4x", None, {QUOTA_INFOS: _c2_quota(96)})
+    assert not [w for w in warned if "C2" in w]
+
+
+def test_autopilot_checks_no_c2_quota():
+    """Autopilot has no system pool: a zero C2 quota does not stop it."""
+    gpu = _quota(16)["quotaInfos"]
+    _run("a4", None, {QUOTA_INFOS: {"quotaInfos": gpu + _c2_quota(0)["quotaInfos"]}}, mode="autopilot")
+
+
+def test_preflight_counts_the_system_pool_the_program_creates():
+    """The C2 figures preflight checks are the plan's system pool: its machine type's vCPUs
+    times (1 + maxSurge) and (totalMaxNodeCount + maxSurge)."""
+    pool = _run("a4").one(POOL, "gke-system-pool").plain_inputs
+    vcpus = int(pool["nodeConfig"]["machineType"].removeprefix("c2-standard-"))
+    surge = pool["upgradeSettings"]["maxSurge"]
+    assert capacity.system_pool_cpus() == {
+        "first": (pool["initialNodeCount"] + surge) * vcpus,
+        "most": (pool["autoscaling"]["totalMaxNodeCount"] + surge) * vcpus,
+    }
 
 
 # --- 2. Security baseline ---------------------------------------------------------------------

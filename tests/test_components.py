@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from pathlib import Path
 
 import pulumi
 import pytest
@@ -16,6 +18,7 @@ from components.network.rdma_networks import RdmaNetworks, RdmaNetworksArgs
 from tools import mockrun
 
 POOL = "gcp:container/nodePool:NodePool"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_rdma_networks_follow_the_nic_count():
@@ -54,12 +57,43 @@ def _pool(capacity: Capacity, reservation: str | None = None, target: str = "a4"
     return mockrun.run(program).one(POOL).plain_inputs
 
 
-def test_spot_pool_consumes_no_reservation():
-    """Spot capacity: spot VMs, explicitly no reservation, the fixed node count kept."""
+def test_spot_pool_consumes_no_reservation_and_may_scale_to_zero():
+    """Spot capacity: spot VMs, explicitly no reservation; the nodes start with the pool, and the
+    autoscaler may remove them all once the released RayCluster leaves them empty."""
     pool = _pool(Capacity.SPOT)
     assert pool["nodeConfig"]["spot"] is True
     assert pool["nodeConfig"]["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
-    assert pool["initialNodeCount"] == 2 and pool["autoscaling"]["totalMinNodeCount"] == 2
+    assert pool["initialNodeCount"] == 2
+    assert pool["autoscaling"]["totalMinNodeCount"] == 0
+    assert pool["autoscaling"]["totalMaxNodeCount"] == 2
+
+
+def _documented_minimums() -> dict[str, str]:
+    """docs/cost.md's "What releasing the GPUs saves": each bullet names its provisioning modes
+    and the pool minimum in parentheses, e.g. `- flex-start / spot pools (min 0): ...`."""
+    text = (ROOT / "docs" / "cost.md").read_text()
+    section = text.split("## What releasing the GPUs saves", 1)[1].split("\n## ", 1)[0]
+    claims = {}
+    for modes, minimum in re.findall(r"^- ([a-z /-]+) pools \((min [^)]*)\)", section, re.M):
+        for mode in modes.split(" / "):
+            claims[mode.strip()] = minimum
+    return claims
+
+
+def test_each_provisioning_modes_pool_minimum_is_what_the_docs_say():
+    """What the docs promise after a release (the GPU nodes go, or stay and bill) is what the
+    pool's autoscaler allows: docs/cost.md's minimum per mode, and the README's list of modes
+    whose GPU nodes go, match each mode's rendered `totalMinNodeCount`."""
+    claims = _documented_minimums()
+    assert set(claims) == {c.value for c in Capacity}, claims
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    going = re.search(r"on ([a-z -]+), the GPU nodes go once", readme)
+    assert going, "README.md no longer says which pools' GPU nodes go after a release"
+    for capacity in Capacity:
+        pool = _pool(capacity, "res" if capacity is Capacity.RESERVATION else None)
+        minimum = pool["autoscaling"]["totalMinNodeCount"]
+        assert claims[capacity.value] == ("min 0" if minimum == 0 else "min = max nodes"), capacity
+        assert (capacity.value in going.group(1).replace(" or ", " ")) == (minimum == 0), capacity
 
 
 def test_flex_start_pool_starts_empty_and_scales_up():

@@ -32,10 +32,37 @@ def test_readme_and_cost_page_are_the_tools_output():
     """The README's cost table and docs/cost.md's table with sources are exactly what `make
     cost` prints for every stack at the committed prices: a changed default node count, machine
     type or price fails until both are regenerated (`python -m tools.cost --update-readme`)."""
-    for path, want in (("README.md", cost.readme_report()), ("docs/cost.md", cost.page_report())):
-        [block] = [m.group(2) for m in cost.README_BLOCK.finditer((ROOT / path).read_text())]
+    blocks = (
+        ("README.md", cost.README_BLOCK, cost.readme_report()),
+        ("docs/cost.md", cost.README_BLOCK, cost.page_report()),
+        ("docs/cost.md", cost.RELEASE_BLOCK, cost.release_report()),
+    )
+    for path, pattern, want in blocks:
+        [block] = [m.group(2) for m in pattern.finditer((ROOT / path).read_text())]
         assert block == want, f"{path}: run python -m tools.cost --update-readme"
     assert cost.readme_report() in cost.page_report()
+
+
+def test_after_the_release_only_a_reservation_keeps_billing_gpu_nodes():
+    """Nothing bills for nobody: once a finished run has released the GPUs, a spot or
+    flex-start pool is at its floor of 0 GPU nodes, so only the system pool's floor and the
+    cluster fee bill; a reservation pool keeps its VMs (the reservation bills them anyway).
+    While the run trains, every mode runs all of the target's GPUs."""
+    prices = cost.list_prices()
+    for found in cost.mode_costs(["a4"]):
+        profile = PROFILES[Target.A4]
+        assert found.gpus == profile.default_nodes * profile.gpus_per_node, found.provisioning
+        gpu_nodes = sum(p.fewest for p in found.pools if p.gpu)
+        total, unpriced = found.released(prices)
+        assert not unpriced
+        if found.provisioning == "reservation":
+            assert gpu_nodes == profile.default_nodes
+            assert total == found.hourly(prices, at_most=False)[0]
+        else:
+            assert gpu_nodes == 0, f"{found.provisioning}: GPU nodes bill after the release"
+            assert total == pytest.approx(prices[CLUSTER_FEE] + prices["c2-standard-16"])
+    assert {c.provisioning for c in cost.mode_costs(["a4"])} == {"reservation", "spot", "flex-start"}
+    assert {c.provisioning for c in cost.mode_costs(["a4x"])} == {"reservation"}
 
 
 def test_nodes_are_counted_from_the_plan(costs):

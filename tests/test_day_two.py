@@ -78,10 +78,20 @@ def test_new_clusters_get_the_minor_of_the_channels_default_of_today():
     assert ENGINE_VERSIONS in recording.invokes
 
 
-def test_a4x_keeps_the_defaults_minor_when_its_newest_patch_meets_dranets_floor():
-    """The REGULAR default 1.34.0-gke.2201000 is below 1.34.1-gke.1829001, but GKE offers
-    1.34.7-gke.1090000, which is what "1.34" resolves to: the default's minor is kept."""
+def test_a4x_checks_the_floor_against_the_channels_own_versions_not_every_channels():
+    """The REGULAR default 1.34.0-gke.2201000 is below DRANET's floor. 1.34.7-gke.1090000 is in
+    validMasterVersions, but that list is every channel's: REGULAR may not give it, so the
+    default's minor is not proven; the channel latest's minor (1.35) is (REAL-PROVIDER-REVIEW-3
+    finding 4)."""
     invokes = {ENGINE_VERSIONS: _versions("1.34.0-gke.2201000", "1.35.1-gke.1396000", REALISTIC_VALID)}
+    cluster = _run("a4x", invokes=invokes).one(CLUSTER)
+    assert cluster.plain_inputs["minMasterVersion"] == "1.35"
+
+
+def test_a4x_keeps_the_defaults_minor_when_the_channels_latest_of_that_minor_meets_the_floor():
+    """When REGULAR's own latest is a 1.34 patch at or above the floor, "1.34" resolves to at
+    least that patch in the channel: the default's minor is kept."""
+    invokes = {ENGINE_VERSIONS: _versions("1.34.0-gke.2201000", "1.34.7-gke.1090000", REALISTIC_VALID)}
     cluster = _run("a4x", invokes=invokes).one(CLUSTER)
     assert cluster.plain_inputs["minMasterVersion"] == "1.34"
 
@@ -110,7 +120,7 @@ def test_no_offered_version_meets_the_floor_stops_before_any_resource():
     error, recording = _run_failing("a4x", invokes=invokes)
     [message] = error.problems
     assert "verl-gke:region = 'us-central1'" in message and DRANET_FLOOR in message
-    assert "newest 1.34 patch: 1.34.1-gke.1700000" in message
+    assert "default 1.33.5-gke.1080000, latest 1.34.1-gke.1700000" in message
     assert "gcloud container get-server-config" in message
     assert recording.resources == []
 
@@ -122,6 +132,57 @@ def test_a_replacement_of_the_cluster_asks_for_the_minor_not_a_stored_patch():
     cluster = rendered("a4", "standard")[1].one(CLUSTER)
     sent = cluster.plain_inputs["minMasterVersion"]
     assert sent.count(".") == 1 and "-gke." not in sent, sent
+
+
+def _export(min_master_version: str) -> dict:
+    """A `pulumi stack export` document (apitype.UntypedDeployment: version, deployment with
+    resources, each with urn, type, inputs, outputs) of a stack whose cluster stores
+    `min_master_version`, with a node pool at a patch and a secret as the export writes it."""
+    urn = "urn:pulumi:a4::verl-gke::verl-gke:index:GkeCluster$gcp:container/cluster:Cluster::gke-cluster"
+    secret = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270", "ciphertext": "v1:x"}
+    return {"version": 3, "deployment": {"manifest": {}, "resources": [
+        {"urn": "urn:pulumi:a4::verl-gke::pulumi:pulumi:Stack::verl-gke-a4", "type": "pulumi:pulumi:Stack"},
+        {"urn": urn, "type": CLUSTER, "custom": True,
+         "inputs": {"minMasterVersion": min_master_version, "name": "verl-a4"},
+         "outputs": {"minMasterVersion": min_master_version, "masterVersion": "1.34.6-gke.1129000",
+                     "masterAuth": secret}},
+        {"urn": urn.replace("/cluster:Cluster::gke-cluster", "/nodePool:NodePool::gke-system-pool"),
+         "type": "gcp:container/nodePool:NodePool", "custom": True,
+         "inputs": {"version": "1.34.3-gke.1051000"}, "outputs": {"version": "1.34.3-gke.1051000"}},
+    ]}}
+
+
+def test_a_stack_from_before_the_alias_is_moved_onto_it_once(tmp_path, capsys):
+    """docs/operations.md's one-time step: tools/version_alias.py rewrites the cluster's stored
+    exact patch, in its inputs (what the engine copies into a replacement) and its provider
+    state, to the minor; nothing else in the export changes, and a second run finds nothing to
+    do (REAL-PROVIDER-REVIEW-3 finding 3)."""
+    from tools import version_alias
+
+    operations = (plan.ROOT / "docs" / "operations.md").read_text()
+    assert "python -m tools.version_alias state.json" in operations
+    assert "pulumi stack import --file state.json" in operations
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(_export("1.34.3-gke.1051000")))
+    assert version_alias.main([str(state)]) == 0
+    after = json.loads(state.read_text())
+    expected = _export("1.34")
+    assert after == expected
+    assert after["deployment"]["resources"][1]["outputs"]["masterVersion"] == "1.34.6-gke.1129000"
+    capsys.readouterr()
+    assert version_alias.main([str(state)]) == 0
+    assert "nothing to do" in capsys.readouterr().out and json.loads(state.read_text()) == expected
+
+
+def test_the_alias_step_names_the_fix_for_a_file_that_is_not_an_export(tmp_path, capsys):
+    """A wrong file ends in exit 2 and a message with the export command, never a traceback."""
+    from tools import cli, version_alias
+
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"outputs": {}}))
+    assert cli.run(version_alias.main, [str(state)]) == 2
+    assert "pulumi stack export --file state.json" in capsys.readouterr().err
+    assert cli.run(version_alias.main, [str(tmp_path / "missing.json")]) == 2
 
 
 def _failing(reason: str):

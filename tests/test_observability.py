@@ -18,7 +18,8 @@ from components.observability import dashboard as dashboard_module
 from components.observability.scope import Scope
 from components.observability.training_log import Kind, log_metrics
 from components.observability.training_observability import (
-    CLIP_FRACTION_CEILING, COLLAPSE_MINUTES, ENTROPY_FLOOR, gpus_idle_query, logs_url,
+    CLIP_FRACTION_CEILING, COLLAPSE_MINUTES, ENTROPY_FLOOR, gpus_idle_query, gpus_unused_query,
+    logs_url,
 )
 from components.schema import config
 from components.schema.config import ConfigError
@@ -44,7 +45,7 @@ def dashboard_body(recording) -> dict:
 
 def test_every_stack_defines_the_log_metrics_dashboard_and_alerts(program):
     """Each plan holds one log-based metric per training value and counter, one dashboard and
-    the six alerts (the two signs of policy collapse among them), all children of the
+    the seven alerts (the two signs of policy collapse among them), all children of the
     TrainingObservability component."""
     _, _, _, recording = program
     component = recording.one("verl-gke:index:TrainingObservability", "observability")
@@ -54,7 +55,8 @@ def test_every_stack_defines_the_log_metrics_dashboard_and_alerts(program):
     }
     alerts = {a.name for a in recording.of_type(ALERT)}
     assert alerts == {f"observability-alert-{k}" for k in (
-        "job-failed", "reward-nan", "no-step", "gpus-idle", "entropy-collapse", "clip-fraction-high",
+        "job-failed", "reward-nan", "no-step", "gpus-idle", "gpus-unused", "entropy-collapse",
+        "clip-fraction-high",
     )}
     for resource in [*metrics, *recording.of_type(ALERT), recording.one(DASHBOARD)]:
         assert resource.parent == component.urn
@@ -91,10 +93,39 @@ def test_dashboard_has_the_issues_widgets_on_a_non_overlapping_grid(program):
         assert needed in titles, needed
     cells = set()
     for t in tiles:
-        tile_cells = {(t["xPos"] + x, t["yPos"] + y) for x in range(t["width"]) for y in range(t["height"])}
+        # A position of 0 is not sent (the API would leave it out: test_steady_state).
+        x0, y0 = t.get("xPos", 0), t.get("yPos", 0)
+        tile_cells = {(x0 + x, y0 + y) for x in range(t["width"]) for y in range(t["height"])}
         assert not cells & tile_cells
-        assert t["xPos"] + t["width"] <= dashboard_module.COLUMNS
+        assert x0 + t["width"] <= dashboard_module.COLUMNS
         cells |= tile_cells
+    assert (0, 0) in cells
+
+
+def _defaults_sent(value, path=""):
+    """Paths in a dashboard body that hold a proto3 default (0, false, "", []); map entries
+    (`labels`) excepted, as proto3 JSON prints them whatever their value."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "labels":
+                continue
+            if inner is False or inner == "" or inner == [] or (type(inner) in (int, float) and inner == 0):
+                yield f"{path}.{key}"
+            else:
+                yield from _defaults_sent(inner, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from _defaults_sent(inner, f"{path}[{i}]")
+
+
+def test_the_dashboard_sends_no_field_at_its_proto3_default(program):
+    """The Monitoring API returns the dashboard without fields at their proto3 default, and the
+    provider then sees a diff on every `up`: the body sends none (the first row and column have
+    no xPos/yPos)."""
+    _, _, _, recording = program
+    body = dashboard_body(recording)
+    assert list(_defaults_sent(body)) == []
+    assert sum("xPos" not in t for t in body["mosaicLayout"]["tiles"]) >= 1
 
 
 _PROMQL_NAME = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\{")
@@ -182,6 +213,23 @@ def test_alerts_default_to_no_channel_and_a_60_minute_no_step_window():
     gpus_idle = alerts["gpus-idle"]["conditions"][0]["conditionPrometheusQueryLanguage"]
     assert gpus_idle["query"] == gpus_idle_query(scope_of(recording))
     assert 'Name="TaskRunner"' in gpus_idle["query"]
+
+
+def test_gpu_workers_up_with_no_run_alert_on_a_forgotten_cluster():
+    """Nothing bills for nobody unnoticed: an alert fires when, for an hour, the cluster's GPU
+    nodes report (DCGM) and the RayCluster's pods are up (Ray's per-node series, gone once a
+    release deletes every pod) while no verl TaskRunner is alive; its three parts are combined
+    as `gpus and ray unless taskrunner`, each scoped to this stack's cluster."""
+    _, recording = rendered("a4", "standard")
+    scope = scope_of(recording)
+    condition = _alerts(recording)["gpus-unused"]["conditions"][0]["conditionPrometheusQueryLanguage"]
+    assert condition["query"] == gpus_unused_query(scope)
+    assert condition["duration"] == "3600s" and condition["disableMetricValidation"] is True
+    gpus, rest = condition["query"].split(" and on() ")
+    ray, task_runner = rest.split(" unless on() ")
+    assert gpus == f"count(DCGM_FI_DEV_GPU_UTIL{{{scope.promql_cluster()}}}) > 0"
+    assert ray == f"count(ray_node_mem_used{{{scope.promql_labels()}}}) > 0"
+    assert 'Name="TaskRunner", State="ALIVE"' in task_runner and task_runner.endswith("> 0")
 
 
 def test_alert_settings_come_from_the_stack_config():
@@ -307,7 +355,8 @@ def test_log_metric_alerts_wait_for_the_raycluster_so_monitoring_knows_their_met
         assert "logging.googleapis.com/user/" in json.dumps(alerts[name]["inputs"]["conditions"]), name
         waits = _ancestors(resources, alerts[name]["urn"])
         assert ray in waits and metrics <= waits, name
-    assert ray not in _ancestors(resources, alerts["observability-alert-gpus-idle"]["urn"])
+    for key in ("gpus-idle", "gpus-unused"):
+        assert ray not in _ancestors(resources, alerts[f"observability-alert-{key}"]["urn"])
 
 
 def _aggregations_of_value_metrics(recording) -> list[tuple[str, str, str]]:

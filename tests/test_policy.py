@@ -564,8 +564,8 @@ def test_a_credential_in_plain_text_is_a_violation(leak):
     found = resources()
     if leak == "hf token":
         target = one(found, K8S_SECRET, "storage-hf-secret")
-        target["inputs"]["stringData"]["hf_api_token"] = "hf_plain"
-        expected = "stringData.hf_api_token"
+        target["inputs"]["data"]["hf_api_token"] = "aGZfcGxhaW4="
+        expected = "data.hf_api_token"
     elif leak == "kubeconfig":
         target = one(found, K8S_PROVIDER)
         target["inputs"]["kubeconfig"] = "apiVersion: v1\nkind: Config\n"
@@ -666,12 +666,12 @@ def test_the_served_pack_reports_what_make_policy_reports():
     account fails exactly the rule it fails offline."""
     servicer = _served_pack()
     secret = one(resources(), K8S_SECRET, "storage-hf-secret")
-    ok = servicer.Analyze(_analyze_request(secret, ("stringData.hf_api_token",)), None)
+    ok = servicer.Analyze(_analyze_request(secret, ("data.hf_api_token",)), None)
     assert [d.policyName for d in ok.diagnostics] == []
-    secret["inputs"]["stringData"]["hf_api_token"] = "hf_REALVALUE"
+    secret["inputs"]["data"]["hf_api_token"] = "aGZfUkVBTFZBTFVF"
     leaked = servicer.Analyze(_analyze_request(secret), None)
     assert [d.policyName for d in leaked.diagnostics] == ["credentials-are-secrets"]
-    assert "hf_REALVALUE" not in leaked.diagnostics[0].message
+    assert "aGZfUkVBTFZBTFVF" not in leaked.diagnostics[0].message
     pool = _gpu_pool()
     assert not servicer.Analyze(_analyze_request(pool), None).diagnostics
     del pool["inputs"]["nodeConfig"]["serviceAccount"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
+import re
 
 import pytest
 import yaml
@@ -18,6 +20,7 @@ from tests.conftest import STACK_MODES, rendered
 from tools import plan, plan_diff, readback
 
 CLUSTER = "gcp:container/cluster:Cluster"
+DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
 RUN = "pulumi-python:dynamic/verl-gke:GrpoRun"
 IDS = [f"{s}-{m}" for s, m in STACK_MODES]
 
@@ -227,3 +230,35 @@ def test_a_cluster_replaced_under_its_name_still_replaces_the_kubernetes_provide
     recreated = dict(config, clusterIdentifier=config["clusterIdentifier"].rsplit("@", 1)[0] + "@ca-sha256:0")
     assert _active_cluster(recreated["kubeconfig"]) == _active_cluster(config["kubeconfig"])
     assert _kubernetes_provider_replaced(config, recreated)
+
+
+def test_a_dashboard_field_sent_at_its_proto3_default_is_an_update_on_every_up():
+    """The Monitoring API leaves out fields at their proto3 default, and the provider's diff
+    suppression removes only keys the API added: a tile sent at `"xPos": 0` comes back without
+    it and differs on every `up` (REAL-PROVIDER-REVIEW-3 finding 2). The rule is compared, so
+    the replay sees it; a label with an empty value is a map entry and comes back as sent."""
+    resources, providers = _plan("a4", "standard")
+    sent = copy.deepcopy(resources)
+    [dashboard] = [r for r in sent if r["type"] == DASHBOARD]
+    body = json.loads(dashboard["inputs"]["dashboardJson"])
+    assert body["labels"] == {"verl-gke": ""}
+    body["mosaicLayout"]["tiles"][0]["xPos"] = 0
+    dashboard["inputs"]["dashboardJson"] = json.dumps(body)
+    [change] = [c for c in _second_up(sent, providers) if c.type == DASHBOARD]
+    assert change.kind == "update" and [f[0] for f in change.fields] == ["dashboardJson"]
+
+
+_CITED = re.compile(r"\b[\w/]+\.go:\d+")
+_MECHANISMS = ("DiffSuppressFunc", "StateFunc", "Optional+Computed", "Computed only", "TypeSet", "flatten")
+
+
+def test_every_rule_that_compares_nothing_cites_the_provider_code_that_makes_it_so():
+    """A field declared "not compared" hides a difference from the steady-state test: each such
+    rule names the provider mechanism (a DiffSuppressFunc, a StateFunc, a set, Optional+Computed
+    left unset, Computed only, a flatten that reads back only what was configured) and the file
+    and line where it is."""
+    for type_, entry in readback.READBACK.items():
+        for rule in entry.rules:
+            if not rule.compared:
+                assert _CITED.search(rule.source), (type_, rule.path)
+                assert any(m in rule.source for m in _MECHANISMS), (type_, rule.path)

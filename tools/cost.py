@@ -1,4 +1,5 @@
-"""What a default `pulumi up` of each stack costs per hour while it runs, at list prices.
+"""What a default `pulumi up` of each stack costs per hour while it runs, and what still bills
+once its run has released the GPUs, at list prices.
 
     python -m tools.cost [--stack a4 ...] [--prices my-prices.json]
     python -m tools.cost --update-readme
@@ -8,9 +9,9 @@ autoscaling bounds, exactly as the program registers them. The prices come from
 components/facts/prices.py, or from a JSON file of your own ({"a4x-highgpu-4g": 123.4, ...}, USD
 per node-hour; "gke-cluster" for the cluster fee), e.g. read from your billing account's
 Cloud Billing Catalog. A machine type without a price is shown as such, never counted as free.
-The README's cost table and docs/cost.md (the table with its sources) are this tool's output for
-every stack at the committed prices (`--update-readme` rewrites both; tests/test_cost.py keeps
-them equal).
+The README's cost table and docs/cost.md (the table with its sources, and what still bills after
+a run per provisioning mode) are this tool's output for every stack at the committed prices
+(`--update-readme` rewrites them; tests/test_cost.py keeps them equal).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Iterable
 
 from components.facts.hardware import PROFILES, Target
+from components.schema.choices import Capacity
 from components.facts.prices import (
     CLUSTER_FEE, LIST_PRICES, NOT_INCLUDED, READ_ON, REGION, Source,
 )
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 COST_PAGE = ROOT / "docs" / "cost.md"
 README_BLOCK = re.compile(r"(<!-- cost-table:[^\n]*-->\n)(.*?)(\n<!-- /cost-table -->)", re.S)
+RELEASE_BLOCK = re.compile(r"(<!-- release-table:[^\n]*-->\n)(.*?)(\n<!-- /release-table -->)", re.S)
 NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
 GPUS_PER_NODE = {profile.machine_type: profile.gpus_per_node for profile in PROFILES.values()}
@@ -50,25 +53,44 @@ class PoolSize:
     fewest: int  # nodes while nothing asks for more (the autoscaler's floor)
     most: int  # nodes at the autoscaler's ceiling
 
+    @property
+    def gpu(self) -> bool:
+        return self.machine_type in GPUS_PER_NODE
+
+    def running(self, at_most: bool) -> int:
+        """Nodes while a run trains: a GPU pool at its ceiling (the RayCluster has one worker
+        per node, and a spot or flex-start pool's floor of 0 is what it shrinks to after the
+        release), any other pool at its floor or ceiling."""
+        return self.most if self.gpu or at_most else self.fewest
+
 
 @dataclass(frozen=True)
 class StackCost:
     stack: str
     pools: tuple[PoolSize, ...]  # GPU pools first
     clusters: int
+    provisioning: str = Capacity.RESERVATION.value
 
     @property
     def gpus(self) -> int:
-        return sum(GPUS_PER_NODE.get(p.machine_type, 0) * p.fewest for p in self.pools)
+        return sum(GPUS_PER_NODE.get(p.machine_type, 0) * p.running(False) for p in self.pools)
 
     def hourly(
         self, prices: dict[str, float | None], at_most: bool
     ) -> tuple[float, list[tuple[int, str]]]:
-        """USD per hour of everything priced, at the pools' floor (or ceiling), and the items
-        (count, name) that have no price."""
-        counts = [(self.clusters, CLUSTER_FEE)] + [
-            (pool.most if at_most else pool.fewest, pool.machine_type) for pool in self.pools
-        ]
+        """USD per hour of everything priced while the run trains, with the other pools at
+        their floor (or ceiling), and the items (count, name) that have no price."""
+        return self._priced([(pool.running(at_most), pool.machine_type) for pool in self.pools], prices)
+
+    def released(self, prices: dict[str, float | None]) -> tuple[float, list[tuple[int, str]]]:
+        """USD per hour once the run has released the GPUs and nothing else runs: every pool
+        at its floor (the autoscaler removes empty nodes down to it), and the cluster fee."""
+        return self._priced([(pool.fewest, pool.machine_type) for pool in self.pools], prices)
+
+    def _priced(
+        self, pools: list[tuple[int, str]], prices: dict[str, float | None]
+    ) -> tuple[float, list[tuple[int, str]]]:
+        counts = [(self.clusters, CLUSTER_FEE)] + [(count, item) for count, item in pools if count]
         total, unpriced = 0.0, []
         for count, item in counts:
             price = prices.get(item)
@@ -100,11 +122,15 @@ def pool_sizes(recording: mockrun.Recording) -> tuple[PoolSize, ...]:
     return tuple(sizes)
 
 
-def stack_cost(stack: str) -> StackCost:
-    """The default `pulumi up` of `stack`: its stack file and the config's defaults."""
-    _, recording = plan.run_program(stack)
-    pools = sorted(pool_sizes(recording), key=lambda p: p.machine_type not in GPUS_PER_NODE)
-    return StackCost(stack, tuple(pools), len(recording.of_type(CLUSTER)))
+@functools.cache
+def stack_cost(stack: str, provisioning: Capacity | None = None) -> StackCost:
+    """The default `pulumi up` of `stack`: its stack file and the config's defaults, with the GPU
+    capacity `provisioning` if given."""
+    overrides = {f"{plan.project_name()}:provisioning": provisioning.value} if provisioning else {}
+    inputs, recording = plan.run_program(stack, overrides=overrides)
+    pools = sorted(pool_sizes(recording), key=lambda p: not p.gpu)
+    chosen = inputs.config.get(f"{plan.project_name()}:provisioning", Capacity.RESERVATION.value)
+    return StackCost(stack, tuple(pools), len(recording.of_type(CLUSTER)), chosen)
 
 
 def list_prices() -> dict[str, float | None]:
@@ -137,12 +163,16 @@ def _exact(value: float) -> str:
 
 
 def _nodes(pool: PoolSize) -> str:
-    count = str(pool.fewest) if pool.fewest == pool.most else f"{pool.fewest}–{pool.most}"
+    low = pool.running(False)
+    count = str(low) if low == pool.most else f"{low}–{pool.most}"
     return f"{count} × {pool.machine_type}"
 
 
 def _cost(cost: StackCost, prices: dict[str, float | None], at_most: bool) -> str:
-    total, unpriced = cost.hourly(prices, at_most)
+    return _priced(*cost.hourly(prices, at_most))
+
+
+def _priced(total: float, unpriced: list[tuple[int, str]]) -> str:
     missing = "".join(f" + {count} × {machine} (no price)" for count, machine in unpriced)
     return _usd(total) + missing
 
@@ -156,8 +186,8 @@ def _per_gpu_hour(cost: StackCost, prices: dict[str, float | None]) -> str:
 def table(costs: Iterable[StackCost], prices: dict[str, float | None]) -> str:
     """The Markdown cost table: one row per stack."""
     lines = [
-        "| stack | nodes while it runs | GPUs | per GPU-hour | per hour, pools at their floor "
-        "| per hour, pools at their ceiling |",
+        "| stack | nodes while it runs | GPUs | per GPU-hour | per hour, CPU pools at their floor "
+        "| per hour, CPU pools at their ceiling |",
         "|---|---|---|---|---|---|",
     ]
     for cost in costs:
@@ -168,6 +198,40 @@ def table(costs: Iterable[StackCost], prices: dict[str, float | None]) -> str:
             f"| {_cost(cost, prices, at_most=True)} |"
         )
     return "\n".join(lines)
+
+
+def release_table(costs: Iterable[StackCost], prices: dict[str, float | None]) -> str:
+    """What still bills once a finished run has released the GPUs: one row per stack and
+    provisioning mode, every pool at its floor."""
+    lines = [
+        "| stack | provisioning | GPU nodes after the release | what still bills | per hour after the release |",
+        "|---|---|---|---|---|",
+    ]
+    for cost in costs:
+        gpu_nodes = sum(p.fewest for p in cost.pools if p.gpu)
+        billed = [f"{p.fewest} × {p.machine_type}" for p in cost.pools if p.fewest]
+        why = " (the reservation bills its VMs anyway)" if cost.provisioning == Capacity.RESERVATION.value else ""
+        lines.append(
+            f"| {cost.stack} | {cost.provisioning} | {gpu_nodes}{why} "
+            f"| {' + '.join([*billed, f'{cost.clusters} regional cluster'])} "
+            f"| {_priced(*cost.released(prices))} |"
+        )
+    return "\n".join(lines)
+
+
+def mode_costs(stacks: Iterable[str] | None = None) -> tuple[StackCost, ...]:
+    """Each stack's default run (every stack's by default) under each provisioning mode its
+    target is offered in."""
+    chosen = set(stacks or (t.value for t in Target))
+    costs = []
+    for target in Target:
+        if target.value not in chosen:
+            continue
+        default = stack_cost(target.value)
+        for mode in Capacity:
+            if mode is Capacity.RESERVATION or not PROFILES[target].reservation_only:
+                costs.append(default if default.provisioning == mode.value else stack_cost(target.value, mode))
+    return tuple(costs)
 
 
 def sources(prices: dict[str, float | None], given: Iterable[str] = ()) -> str:
@@ -214,13 +278,24 @@ def page_report() -> str:
     return report(_default_costs(), list_prices())
 
 
+def release_report() -> str:
+    """docs/cost.md's second block: what still bills after a run, per provisioning mode."""
+    return release_table(mode_costs(), list_prices())
+
+
 def update_readme() -> None:
-    """Rewrite the cost-table block of the README (the table) and of docs/cost.md (with sources)."""
-    for path, block in ((README, readme_report()), (COST_PAGE, page_report())):
+    """Rewrite the cost-table block of the README (the table) and of docs/cost.md (with sources),
+    and docs/cost.md's release-table block."""
+    blocks = (
+        (README, README_BLOCK, readme_report()),
+        (COST_PAGE, README_BLOCK, page_report()),
+        (COST_PAGE, RELEASE_BLOCK, release_report()),
+    )
+    for path, pattern, block in blocks:
         text = path.read_text(encoding="utf-8")
-        if not README_BLOCK.search(text):
-            raise ValueError(f"{path}: no <!-- cost-table: ... --> block to rewrite")
-        path.write_text(README_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text), "utf-8")
+        if not pattern.search(text):
+            raise ValueError(f"{path}: no {pattern.pattern[:22]}... block to rewrite")
+        path.write_text(pattern.sub(lambda m: m.group(1) + block + m.group(3), text), "utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,12 +315,16 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.prices:
             given = read_prices(args.prices)
-        costs = [stack_cost(stack) for stack in args.stack or [t.value for t in Target]]
+        stacks = args.stack or [t.value for t in Target]
+        costs = [stack_cost(stack) for stack in stacks]
+        modes = mode_costs(stacks)
     except (PriceFileError, plan.StackFileError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     prices.update(given)
     print(report(costs, prices, given))
+    print("\nWhat still bills once a finished run has released the GPUs:\n")
+    print(release_table(modes, prices))
     return 0
 
 

@@ -292,6 +292,10 @@ def example_invokes(config: dict[str, str]) -> dict[str, Any]:
                 {"dimensions": {"region": config[f"{NAMESPACE}:region"]},
                  "details": [{"value": str(nodes * hw.gpus_per_node)}]}
             ],
+        }, {
+            # The system pool's C2 vCPUs at its most (components/preflight/capacity.py).
+            "quotaId": "C2-CPUS-per-project-region",
+            "dimensionsInfos": [{"dimensions": {}, "details": [{"value": "96"}]}],
         }]},
     }
 

@@ -22,7 +22,9 @@ Formulas (per step; P parameters, S = train batch x n samples, G GPUs, s = S / G
   sharding group, per backward one more and a reduce-scatter of 4P bytes of fp32 gradients,
   with HSDP an all-reduce of the group's gradient shard across groups; a ring moves (g-1)/g of
   the data through each GPU's slowest link: NVLink inside its domain (a node; an NVL72 rack
-  with MNNVL), the GPU's RDMA NIC across. Each phase takes the longer of its compute and its
+  with MNNVL); across domains the node's RDMA NICs, one channel each, so a rank's share runs at
+  nics x the line rate (components/facts/expectations.py network_busbw_bound_gbs), capped by
+  NVLink. Each phase takes the longer of its compute and its
   collectives (FSDP prefetches the next layer's gather during this layer's compute).
 - weight sync: one all-gather of 2P bytes per step, FSDP to vLLM.
 - checkpoint: fp32 weights and Adam (12P bytes) per save, written by all nodes at once at
@@ -110,7 +112,7 @@ def _link_gbs(hw: HardwareProfile, group: int, mnnvl: bool) -> float:
         else hw.gpus_per_node
     if group <= min(domain, hw.gpu.nvlink_domain_gpus):
         return hw.gpu.nvlink_gbs * COLLECTIVE_EFFICIENCY
-    return EXPECTATIONS[hw.target].nic_gbps_per_gpu / 8 * COLLECTIVE_EFFICIENCY
+    return min(hw.gpu.nvlink_gbs, EXPECTATIONS[hw.target].network_busbw_gbs) * COLLECTIVE_EFFICIENCY
 
 
 def _ring_s(nbytes: float, group: int, gbs: float) -> float:

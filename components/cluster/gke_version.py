@@ -1,11 +1,12 @@
 """The GKE version a new cluster starts at: resolved when the program runs, never hard-coded.
 
 The Google provider sends `min_master_version` as the new cluster's `initialClusterVersion`
-(terraform-provider-google resource_container_cluster.go: `InitialClusterVersion:
-d.Get("min_master_version")`), and GKE stops offering a patch version for new clusters within
-months. So the program asks GKE, through the `google_container_engine_versions` data source (an
-invoke: it runs at `pulumi preview` too), what the REGULAR channel offers in the cluster's
-location today, and sends the *minor alias* of that version (`1.34`), not the patch:
+(terraform-provider-google-beta @93c65b2d60, the provider pulumi-gcp bridges,
+resource_container_cluster.go:3203: `InitialClusterVersion: d.Get("min_master_version")`), and
+GKE stops offering a patch version for new clusters within months. So the program asks GKE,
+through the `google_container_engine_versions` data source (an invoke: it runs at `pulumi
+preview` too), what the REGULAR channel offers in the cluster's location today, and sends the
+*minor alias* of that version (`1.34`), not the patch:
 
 - container.v1 `Cluster.initialClusterVersion`: "1.X": picks the highest valid patch+gke.N patch
   in the 1.X version" (discovery document in google-api-python-client, revision 20261027).
@@ -13,10 +14,16 @@ location today, and sends the *minor alias* of that version (`1.34`), not the pa
   upgrade request), and the engine copies an ignored input's stored value into a replacement
   (pulumi/pulumi step_generator.go processIgnoreChanges). A stored exact patch would be retired
   by the time a replacement needs it ("Master version ... is unsupported"); a minor alias is
-  valid for as long as GKE offers that minor.
+  valid for as long as GKE offers that minor. Stacks created before the alias still store a
+  patch: docs/operations.md says how to move them onto the alias once.
 
-A target's floor (A4X's DRANET needs 1.34.1-gke.1829001) is checked against the newest patch of
-the chosen minor that GKE offers, since that is the patch the alias resolves to.
+A target's floor (A4X's DRANET needs 1.34.1-gke.1829001) is checked against the lowest patch the
+alias can give a cluster of the channel: the newest of the channel's own versions of that minor
+(`ChannelVersions.certain_patch`). The data source reports two of them: the channel's
+`defaultVersion`, and `latest`, the first of the channel's `validVersions` (beta
+data_source_google_container_engine_versions.go:152-160). `valid_master_versions` is every
+channel's list (ServerConfig.validMasterVersions, :113-118), so a patch found only there may be
+one the REGULAR channel does not offer (REAL-PROVIDER-REVIEW-3 finding 4); it is not used.
 """
 
 from __future__ import annotations
@@ -51,16 +58,14 @@ def minor(version: str) -> str:
 class ChannelVersions:
     """What GKE offers new clusters of one release channel in one location."""
 
-    default: str | None  # releaseChannelDefaultVersion[channel]
-    latest: str | None  # releaseChannelLatestVersion[channel]
-    # validMasterVersions, every channel's: "Valid versions are those found in
-    # validMasterVersions returned by getServerConfig" (initialClusterVersion, container.v1).
-    valid: tuple[str, ...] = ()
+    default: str | None  # the channel's defaultVersion (releaseChannelDefaultVersion[channel])
+    latest: str | None  # the first of the channel's validVersions (releaseChannelLatestVersion)
 
-    def newest_patch(self, minor_alias: str) -> str | None:
-        """The newest offered patch of `minor_alias`: what the alias resolves to."""
+    def certain_patch(self, minor_alias: str) -> str | None:
+        """The newest of the channel's own versions of `minor_alias`: the alias resolves to the
+        highest valid patch of that minor, so a cluster of the channel gets at least this one."""
         patches = [
-            v for v in (*self.valid, self.default, self.latest)
+            v for v in (self.default, self.latest)
             if v and _VERSION.fullmatch(v) and minor(v) == minor_alias
         ]
         return max(patches, key=version_key, default=None)
@@ -68,10 +73,10 @@ class ChannelVersions:
 
 @dataclass(frozen=True)
 class Choice:
-    """The version a new cluster is asked for, and the patch GKE will give it today."""
+    """The version a new cluster is asked for, and the patch it gets at least."""
 
     alias: str  # `1.34`: sent as min_master_version
-    resolves_to: str  # the newest offered patch of that minor
+    at_least: str  # the channel's newest known patch of that minor (certain_patch)
 
 
 def offered_read(project: str, location: str) -> Awaitable:
@@ -87,13 +92,12 @@ def channel_versions(result, channel: str = CHANNEL) -> ChannelVersions:
     return ChannelVersions(
         default=(result.release_channel_default_version or {}).get(channel),
         latest=(result.release_channel_latest_version or {}).get(channel),
-        valid=tuple(result.valid_master_versions or ()),
     )
 
 
 def pick(versions: ChannelVersions, floor: str | None) -> Choice | None:
-    """The minor of the channel's default if its newest patch meets the floor, else the minor
-    of the channel's latest if that one's does; else None.
+    """The minor of the channel's default if the channel surely gives that minor at or above
+    the floor, else the minor of the channel's latest if it does; else None.
 
     The default is what GKE itself would create, so its minor is preferred; the latest of the
     same channel is still a version GKE offers new clusters of that channel.
@@ -102,9 +106,9 @@ def pick(versions: ChannelVersions, floor: str | None) -> Choice | None:
         if not candidate:
             continue
         alias = minor(candidate)
-        newest = versions.newest_patch(alias) or candidate
-        if floor is None or version_key(newest) >= version_key(floor):
-            return Choice(alias=alias, resolves_to=newest)
+        at_least = versions.certain_patch(alias) or candidate
+        if floor is None or version_key(at_least) >= version_key(floor):
+            return Choice(alias=alias, at_least=at_least)
     return None
 
 
@@ -113,7 +117,7 @@ def problem(
 ) -> str:
     """Why no offered version will do, and what to do about it."""
     have = ", ".join(
-        f"{kind} {version} (newest {minor(version)} patch: {versions.newest_patch(minor(version))})"
+        f"{kind} {version}"
         for kind, version in (("default", versions.default), ("latest", versions.latest))
         if version
     ) or "no version"

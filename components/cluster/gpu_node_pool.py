@@ -134,8 +134,15 @@ def _management(args: GpuNodePoolArgs) -> gcp.container.NodePoolManagementArgs:
 
 def _autoscaling(args: GpuNodePoolArgs) -> gcp.container.NodePoolAutoscalingArgs:
     """Exactly the nodes the RayCluster uses: one worker per node, so a larger pool would only
-    cost money. Flex-start capacity arrives through the autoscaler only, so it starts at 0."""
-    minimum = 0 if args.capacity is Capacity.FLEX_START else args.nodes
+    cost money. Flex-start capacity arrives through the autoscaler only, so it starts at 0.
+
+    Spot and flex-start pools may shrink to 0: once the supervisor suspends the RayCluster (its
+    pods deleted), the cluster autoscaler removes the empty nodes, and a resumed RayCluster's
+    pending pods bring them back (GKE, "About cluster autoscaling": empty nodes are removed,
+    pending Pods that fit nowhere add nodes, within min..max). A reservation pool keeps min =
+    max: the reservation bills its VMs whether they run or not, and keeping them keeps the
+    capacity that another project could otherwise take."""
+    minimum = args.nodes if args.capacity is Capacity.RESERVATION else 0
     return gcp.container.NodePoolAutoscalingArgs(
         total_min_node_count=minimum,
         total_max_node_count=args.nodes,

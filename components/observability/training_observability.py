@@ -7,9 +7,10 @@
   training_log.py).
 - One `gcp.monitoring.Dashboard` (dashboard.py): training metrics per run, GPU utilisation,
   memory and power per node, GPU node count, pod restarts in the namespace, Ray metrics.
-- Six `gcp.monitoring.AlertPolicy`s: the job failed, GPUs idle while the job runs, no new step
-  for `verl-gke:noStepAlertMinutes`, a NaN reward, and two signs of policy collapse (entropy
-  near zero, a high PPO clip fraction); each notifies
+- Seven `gcp.monitoring.AlertPolicy`s: the job failed, GPUs idle while the job runs, GPU
+  workers up with no run on them (a forgotten cluster), no new step for
+  `verl-gke:noStepAlertMinutes`, a NaN reward, and two signs of policy collapse (entropy near
+  zero, a high PPO clip fraction); each notifies
   `verl-gke:alertNotificationChannel` when it is set (without one they still open incidents
   on the console).
 
@@ -37,6 +38,10 @@ from components.options import child_options, fixed_name
 # means the run is stuck (an NCCL hang, a dead rollout worker), not slow.
 IDLE_GPU_PERCENT = 10
 IDLE_GPU_MINUTES = 15
+# GPU nodes and the RayCluster's pods up this long with no TaskRunner alive: nobody's run is on
+# the GPUs. An hour covers the gaps a live run has without a TaskRunner: a resubmission (two
+# supervisor ticks, 4 min) and the export (minutes; it runs no TaskRunner).
+UNUSED_GPU_MINUTES = 60
 
 # The signs of policy collapse, over the mean of the steps logged in the last COLLAPSE_MINUTES.
 # Starting points, not measured on this program's models: an instruct model under GRPO starts
@@ -191,7 +196,7 @@ def _alerts(
     name: str, args: TrainingObservabilityArgs, specs: dict[str, LogMetric],
     opts: pulumi.ResourceOptions, log_metric_opts: pulumi.ResourceOptions,
 ) -> dict[str, gcp.monitoring.AlertPolicy]:
-    """The six alert policies; those of LOG_METRIC_ALERTS with `log_metric_opts` (they wait
+    """The seven alert policies; those of LOG_METRIC_ALERTS with `log_metric_opts` (they wait
     for the metrics' descriptors), the PromQL one with `opts`."""
     scope = args.scope
     mon = gcp.monitoring
@@ -269,6 +274,28 @@ def _alerts(
                 ),
             ),
         ),
+        "gpus-unused": (
+            "GPU workers up with no run",
+            f"The cluster's GPU nodes and the RayCluster's pods have been up for "
+            f"{UNUSED_GPU_MINUTES} minutes with no verl TaskRunner alive: no run is training on "
+            "GPUs that bill by the hour (a run that ended with `job.releaseGpus: false`, one "
+            "stopped by hand, or a supervisor that has not released them; an export that runs "
+            "longer than that also fires it). Check the run with `pulumi refresh`; release the "
+            "GPUs with `kubectl patch raycluster <name> --type merge -p "
+            "'{\"spec\":{\"suspend\":true}}'` (the stack output rayCluster names it), or "
+            "`pulumi destroy` the stack.",
+            mon.AlertPolicyConditionArgs(
+                display_name=f"GPU workers up, no TaskRunner for {UNUSED_GPU_MINUTES} min",
+                condition_prometheus_query_language=(
+                    mon.AlertPolicyConditionConditionPrometheusQueryLanguageArgs(
+                        query=gpus_unused_query(scope),
+                        duration=f"{UNUSED_GPU_MINUTES * 60}s",
+                        evaluation_interval="60s",
+                        disable_metric_validation=True,  # as gpus-idle: no series yet at create
+                    )
+                ),
+            ),
+        ),
     }
     channels = [args.notification_channel] if args.notification_channel else []
     return {
@@ -296,6 +323,19 @@ def gpus_idle_query(scope: Scope) -> str:
     return (
         f"avg({gpu}{{{scope.promql_cluster()}}}) < {IDLE_GPU_PERCENT} "
         f'and on() sum(ray_actors{{{scope.promql_labels()}, Name="TaskRunner", State="ALIVE"}}) > 0'
+    )
+
+
+def gpus_unused_query(scope: Scope) -> str:
+    """PromQL: the cluster's GPU nodes report (DCGM runs on every GPU node) and the RayCluster's
+    pods are up (Ray's per-node reporter series, which a released cluster has none of: suspend
+    deletes every pod), unless verl's TaskRunner actor is ALIVE. A reservation pool's nodes
+    after a release report DCGM but no Ray: not an alert (the reservation bills them anyway)."""
+    gpu = DCGM_METRICS[0]
+    return (
+        f"count({gpu}{{{scope.promql_cluster()}}}) > 0 "
+        f"and on() count(ray_node_mem_used{{{scope.promql_labels()}}}) > 0 "
+        f'unless on() sum(ray_actors{{{scope.promql_labels()}, Name="TaskRunner", State="ALIVE"}}) > 0'
     )
 
 

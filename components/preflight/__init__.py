@@ -6,7 +6,8 @@ ConfigError naming the key to change and the fix; nothing has been created when 
 
 - apis.py: the Google APIs the stack uses are enabled.
 - the GKE version a new cluster gets (components/cluster/gke_version.py).
-- capacity.py: the reservation exists and fits, or the preemptible GPU quota does.
+- capacity.py: the reservation exists and fits, or the preemptible GPU quota does; and the
+  region's C2 CPU quota holds the Standard cluster's system pool.
 - bucket.py: an existing bucket under the stack's name is adopted, if it can be this stack's.
 
 Every read whose arguments the config already gives is issued in one round, all in flight
@@ -31,7 +32,8 @@ from components.schema.config import ConfigError, StackConfig
 ASKED = {
     **{f"api:{api}": f"whether {api} is enabled" for api in apis.REQUIRED_APIS},
     "versions": "the GKE versions offered in verl-gke:region",
-    "capacity": "the reservation (verl-gke:reservation) or the GPU quota",
+    "capacity": "the reservation (verl-gke:reservation)",
+    "quotas": "Compute Engine's quotas (preemptible GPUs, C2 CPUs)",
     "buckets": "the project's buckets (to find verl-gke:bucketName)",
 }
 
@@ -47,7 +49,8 @@ def run(config: StackConfig) -> Preflight:
     reads = {
         **{f"api:{api}": read for api, read in apis.reads(config.project).items()},
         "versions": gke_version.offered_read(config.project, config.region),
-        "capacity": capacity.first_read(config),
+        "capacity": capacity.reservation_read(config),
+        "quotas": capacity.quotas_read(config),
         "buckets": bucket.listing(config.project, config.bucket),
     }
     answers = together(reads)
@@ -72,7 +75,7 @@ def run(config: StackConfig) -> Preflight:
                 offered, config.hardware.min_gke_version, config.target.value, config.region
             )
         )
-    problems += capacity.problems(config, answers["capacity"])
+    problems += capacity.problems(config, answers["capacity"], answers["quotas"])
     existing = bucket.find_bucket(answers["buckets"], config.project, config.bucket)
     if existing is not None:
         problems += adoption_problems(existing, config)

@@ -13,6 +13,14 @@ reads.py cites the SDK), so components/preflight/__init__.py turns one into a pr
   is charged", "Flex-start: Preemptible quota is charged": AI Hypercomputer consumption-models
   table); the tutorial's Autopilot compute class asks for Spot capacity too. VMs that consume a
   reservation need no further quota: it was taken when the reservation was made.
+- The Standard cluster's system pool (components/cluster/gke_cluster.py: c2-standard-16, 1 to 5
+  nodes, surge 1) consumes the region's C2 CPU quota, which a new project may hold small: its
+  first node is created about 11 minutes into the first `up`, so a quota below one node and its
+  upgrade surge is refused here, and one below the autoscaler's maximum plus the surge warns.
+  Compute Engine's quota metric is `C2_CPUS` (compute.v1 discovery document, revision 20261106,
+  Quota.metric), `C2-CPUS-per-project-region` in Cloud Quotas (the quota ID Compute Engine's
+  quota-exceeded error names: "metric name = compute.googleapis.com/c2_cpus, limit name =
+  C2-CPUS-per-project-region"). Autopilot chooses its own machines: nothing to check.
 """
 
 from __future__ import annotations
@@ -22,21 +30,33 @@ from typing import Awaitable
 import pulumi
 import pulumi_gcp as gcp
 
+from components.cluster.gke_cluster import SYSTEM_MACHINE_TYPE, SYSTEM_NODES
 from components.schema.choices import Capacity
 from components.preflight.reads import later
 from components.schema.config import StackConfig
 
+C2_CPU_QUOTA = "C2-CPUS-per-project-region"
+# The system pool's upgrade surge: nodes created beside the old ones while GKE upgrades or
+# recreates the pool (gke_cluster.py _system_pool, upgrade_settings max_surge=1; a test holds
+# this to the plan's system pool).
+SYSTEM_SURGE = 1
 
-def first_read(config: StackConfig) -> Awaitable | None:
-    """The invoke that answers whether the capacity is there, not sent yet (reads.py); None:
-    nothing to read (a target with no preemptible quota to check)."""
-    if uses_reservation(config):
-        name, _, _ = (config.reservation or "").partition("/reservationBlocks/")
-        return later(
-            "gcp:compute/getReservation:getReservation", gcp.compute.GetReservationResult,
-            name=name, zone=config.zone, project=config.project,
-        )
-    if config.hardware.preemptible_gpu_quota is None:
+
+def reservation_read(config: StackConfig) -> Awaitable | None:
+    """The reservation invoke, not sent yet (reads.py); None when the GPUs come from quota."""
+    if not uses_reservation(config):
+        return None
+    name, _, _ = (config.reservation or "").partition("/reservationBlocks/")
+    return later(
+        "gcp:compute/getReservation:getReservation", gcp.compute.GetReservationResult,
+        name=name, zone=config.zone, project=config.project,
+    )
+
+
+def quotas_read(config: StackConfig) -> Awaitable | None:
+    """The list of Compute Engine's quotas, not sent yet; None when no quota is checked: the
+    GPUs come from a reservation and Autopilot has no system pool."""
+    if not _checks_gpu_quota(config) and config.autopilot:
         return None
     return later(
         "gcp:cloudquota/getSQuotaInfos:getSQuotaInfos", gcp.cloudquota.GetSQuotaInfosResult,
@@ -48,18 +68,69 @@ def uses_reservation(config: StackConfig) -> bool:
     return not config.autopilot and config.provisioning is Capacity.RESERVATION
 
 
-def problems(config: StackConfig, answer) -> list[str]:
-    """What is wrong with the capacity, from `first_read`'s answer (a named block is read
-    here, once the reservation lists it)."""
-    if answer is None:
-        return []
-    if not uses_reservation(config):
-        return quota_problems(config, answer)
+def _checks_gpu_quota(config: StackConfig) -> bool:
+    return not uses_reservation(config) and config.hardware.preemptible_gpu_quota is not None
+
+
+def problems(config: StackConfig, reservation, quotas) -> list[str]:
+    """What is wrong with the capacity, from the answers of `reservation_read` and
+    `quotas_read` (a named block is read here, once the reservation lists it)."""
+    found_problems: list[str] = []
+    if quotas is not None:
+        if _checks_gpu_quota(config):
+            found_problems += quota_problems(config, quotas)
+        if not config.autopilot:
+            found_problems += system_pool_problems(config, quotas)
+    if reservation is None:
+        return found_problems
     name, _, block = (config.reservation or "").partition("/reservationBlocks/")
-    found_problems = reservation_problems(config, name, answer)
-    if block and not found_problems:
-        found_problems = block_problems(config, name, block, answer.block_names or [])
-    return found_problems
+    found = reservation_problems(config, name, reservation)
+    if block and not found:
+        found = block_problems(config, name, block, reservation.block_names or [])
+    return found_problems + found
+
+
+def system_pool_cpus() -> dict[str, int]:
+    """C2 vCPUs the system pool takes: its first node with the upgrade surge, and its
+    autoscaler's maximum with the surge (a c2-standard-N has N vCPUs, Compute Engine's
+    compute-optimized machine family table)."""
+    family, _, vcpus = SYSTEM_MACHINE_TYPE.rpartition("-")
+    assert family == "c2-standard", SYSTEM_MACHINE_TYPE  # the quota below is C2's
+    per_node = int(vcpus)
+    return {
+        "first": (1 + SYSTEM_SURGE) * per_node,
+        "most": (SYSTEM_NODES[1] + SYSTEM_SURGE) * per_node,
+    }
+
+
+def system_pool_problems(config: StackConfig, listed) -> list[str]:
+    """Whether the region's C2 CPU quota holds the system pool (Standard)."""
+    need = system_pool_cpus()
+    per_node = need["first"] // (1 + SYSTEM_SURGE)
+    limit = regional_quota(listed, C2_CPU_QUOTA, config.region)
+    describe = (f"`gcloud beta quotas info describe {C2_CPU_QUOTA} "
+                f"--service=compute.googleapis.com --project={config.project}`")
+    if limit is None:
+        pulumi.log.warn(
+            f"could not read quota {C2_CPU_QUOTA} in {config.region}; check that it allows "
+            f"{need['most']} C2 vCPUs for the system pool: {describe}"
+        )
+        return []
+    if limit < need["first"]:
+        return [
+            f"verl-gke:region = {config.region!r}: the system pool ({SYSTEM_MACHINE_TYPE}, "
+            f"{per_node} vCPUs a node) needs {need['first']} C2 vCPUs for its first node and its "
+            f"upgrade surge, and {C2_CPU_QUOTA} there is {limit}: request at least "
+            f"{need['most']} (IAM & Admin > Quotas, {describe}), or choose another region"
+        ]
+    if limit < need["most"]:
+        pulumi.log.warn(
+            f"{C2_CPU_QUOTA} in {config.region} is {limit}: the system pool's autoscaler can "
+            f"grow to {SYSTEM_NODES[1]} {SYSTEM_MACHINE_TYPE} nodes, {need['most']} vCPUs with "
+            f"the upgrade surge; beyond {limit // per_node} nodes, pods on it wait (other C2 "
+            f"VMs in the region count too): {describe}"
+        )
+    return []
 
 
 def reservation_problems(config: StackConfig, name: str, found) -> list[str]:

@@ -12,6 +12,7 @@ through an inline volume of the same bucket: `inline_volume`).
 
 from __future__ import annotations
 
+import base64
 import enum
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -129,6 +130,25 @@ def inline_attributes(
     }
 
 
+def secret_data(value: pulumi.Input[str]) -> pulumi.Output[str]:
+    """A Secret's `data` value: `value` base64-encoded, and a Pulumi secret end to end.
+
+    Not `stringData`: the API server folds stringData into data and never returns it, so under
+    server-side apply (the cluster's provider sets enable_server_side_apply) the applier owns a
+    field the object does not hold, and another manager applying the same key conflicts on
+    `stringData.<key>` (Kubernetes docs, Secrets: "stringData ... does not work well with
+    server-side apply", kubernetes/website PR #43668). pulumi-kubernetes rewrites stringData into
+    data in Check only when no input is unknown (provider/pkg/provider/provider.go normalizeInputs
+    :2983-2990, clients/unstructured.go normalizeSecretStringData :134-154, at @94977969d6), so
+    which of the two its checked inputs hold depends on when Check ran (a preview of a new stack
+    has an unknown namespace). With `data` the inputs, the applied object and every later read
+    are one form (normalizeSecretData decodes and re-encodes, :157-188, which leaves standard
+    base64 as it is), so a later `up` or refresh sees no change. pulumi-kubernetes marks a
+    Secret's `data` secret in its state (annotateSecrets, provider.go :3470-3480).
+    """
+    return pulumi.Output.secret(value).apply(lambda v: base64.b64encode(v.encode()).decode())
+
+
 def workload_principal(project_number: str, project: str, namespace: str, ksa: str) -> str:
     return (
         f"principal://iam.googleapis.com/projects/{project_number}/locations/global/"
@@ -145,6 +165,12 @@ class GcsFuseStorageArgs:
     service_account: str
     hf_token: pulumi.Input[str] | None  # a secret Output; None when staging is skipped
     arch: Arch
+    # The GKE cluster whose Workload Identity pool (`<project>.svc.id.goog`) the bucket grant
+    # names. GKE creates that pool with the project's first Workload Identity cluster, and IAM
+    # refuses a binding to a member of a pool that does not exist yet ("Identity Pool does not
+    # exist", terraform-google-modules/terraform-google-kubernetes-engine#916; google/kctf#193),
+    # so on a fresh project the grant must wait for the cluster (REAL-PROVIDER-REVIEW-3 finding 1).
+    workload_cluster: pulumi.Resource
     delete_bucket_on_destroy: bool = False
     # Labels of the bucket; the stack label also says which stack may adopt it.
     labels: dict[str, str] = field(default_factory=dict)
@@ -194,14 +220,16 @@ class GcsFuseStorage(pulumi.ComponentResource):
             gcp.storage.BucketIAMMemberArgs(
                 bucket=self.bucket.name,
                 role="roles/storage.objectUser",
-                # The principal names the KSA; IAM does not need it to exist, so the grant is made
-                # while the cluster is still being created (not after it, which would put IAM's
-                # propagation on the critical path of `pulumi up`).
+                # The principal names the KSA, which IAM does not need to exist; but its pool must
+                # (workload_cluster). The grant lands right after the cluster, while the system
+                # pool is still being created, so IAM's propagation stays off the critical path.
                 member=pulumi.Output.all(project_number, args.namespace).apply(
                     lambda v: workload_principal(v[0], args.project, v[1], args.service_account)
                 ),
             ),
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[args.workload_cluster])
+            ),
         )
         self.hf_secret_name: pulumi.Output[str] | None = None
         if args.hf_token is not None:
@@ -209,7 +237,7 @@ class GcsFuseStorage(pulumi.ComponentResource):
                 f"{name}-hf-secret",
                 metadata=k8s.meta.v1.ObjectMetaArgs(name=HF_SECRET_NAME, namespace=args.namespace),
                 type="Opaque",
-                string_data={HF_SECRET_KEY: pulumi.Output.secret(args.hf_token)},
+                data={HF_SECRET_KEY: secret_data(args.hf_token)},
                 opts=child,
             )
             # Consumers take the name from the Secret, so they wait for it and go before it.
