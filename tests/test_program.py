@@ -84,7 +84,7 @@ def test_the_token_secret_is_written_as_data_not_string_data(program):
     """The Hugging Face token Secret sends `data` (base64), never `stringData`: the API server
     folds stringData into data, so under server-side apply a second field manager conflicted on
     `stringData.hf_api_token`, and pulumi-kubernetes normalises stringData only when no input is
-    unknown (components/storage/gcs_fuse_storage.py secret_data)."""
+    unknown (components/secrets.py secret_data)."""
     _, _, _, recording = program
     secret = recording.one("kubernetes:core/v1:Secret", "storage-hf-secret")
     assert "stringData" not in secret.inputs and set(secret.plain_inputs["data"]) == {"hf_api_token"}

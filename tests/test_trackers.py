@@ -3,11 +3,11 @@ the Ray pods through a Kubernetes Secret, never job inputs; TensorBoard in the r
 
 from __future__ import annotations
 
+import base64
 import json
 import runpy
 
 import pytest
-from pulumi.runtime import rpc
 
 from components.facts.hardware import profile
 from components.schema import config
@@ -90,8 +90,9 @@ def test_keys_reach_the_ray_pods_through_a_secret_and_nowhere_else(with_trackers
     in the job's inputs or anywhere in the plan."""
     inputs, recording = with_trackers
     secret = recording.one("kubernetes:core/v1:Secret", "trackers-secret")
-    assert rpc.is_rpc_secret(secret.inputs["stringData"])
-    assert mockrun.unwrap(secret.inputs["stringData"]) == {
+    assert "stringData" not in secret.inputs  # components/secrets.py: data only
+    assert secret.plain_inputs["data"] == {"WANDB_API_KEY": "[secret]", "MLFLOW_TRACKING_URI": "[secret]"}
+    assert {k: base64.b64decode(v).decode() for k, v in mockrun.unwrap(secret.inputs["data"]).items()} == {
         "WANDB_API_KEY": WANDB_KEY, "MLFLOW_TRACKING_URI": MLFLOW_URI,
     }
     cluster = recording.one("kubernetes:ray.io/v1:RayCluster").plain_inputs["spec"]

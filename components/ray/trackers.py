@@ -21,6 +21,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.options import child_options
+from components.secrets import secret_data
 
 SECRET_NAME = "verl-trackers"
 LABELS = {"app.kubernetes.io/name": "verl-gke-trackers", "app.kubernetes.io/part-of": "verl-gke"}
@@ -51,8 +52,9 @@ class TrackerCredentials(pulumi.ComponentResource):
                 name=args.name, namespace=args.namespace, labels=LABELS
             ),
             type="Opaque",
-            string_data=pulumi.Output.secret(dict(args.env)),
-            opts=child_options(self, opts, additional_secret_outputs=["data", "stringData"]),
+            # `data`, not stringData, for the reasons components/secrets.py gives.
+            data={key: secret_data(value) for key, value in args.env.items()},
+            opts=child_options(self, opts, additional_secret_outputs=["data"]),
         )
         self.secret_name = secret.metadata.name
         self.register_outputs({"secretName": self.secret_name, "keys": self.keys})

@@ -12,7 +12,6 @@ through an inline volume of the same bucket: `inline_volume`).
 
 from __future__ import annotations
 
-import base64
 import enum
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -24,6 +23,7 @@ import pulumi_kubernetes as k8s
 from components.facts.hardware import Arch
 from components.facts.layout import HF_SECRET_KEY, HF_SECRET_NAME, PVC_NAME
 from components.options import child_options
+from components.secrets import secret_data
 
 PV_NAME = "training-bucket-pv"
 CAPACITY = "768Gi"  # nominal: GCS has no size, but PV and PVC must agree on one
@@ -128,25 +128,6 @@ def inline_attributes(
         "mountOptions": ",".join(mount_options(arch, use)),
         **_VOLUME_ATTRIBUTES,
     }
-
-
-def secret_data(value: pulumi.Input[str]) -> pulumi.Output[str]:
-    """A Secret's `data` value: `value` base64-encoded, and a Pulumi secret end to end.
-
-    Not `stringData`: the API server folds stringData into data and never returns it, so under
-    server-side apply (the cluster's provider sets enable_server_side_apply) the applier owns a
-    field the object does not hold, and another manager applying the same key conflicts on
-    `stringData.<key>` (Kubernetes docs, Secrets: "stringData ... does not work well with
-    server-side apply", kubernetes/website PR #43668). pulumi-kubernetes rewrites stringData into
-    data in Check only when no input is unknown (provider/pkg/provider/provider.go normalizeInputs
-    :2983-2990, clients/unstructured.go normalizeSecretStringData :134-154, at @94977969d6), so
-    which of the two its checked inputs hold depends on when Check ran (a preview of a new stack
-    has an unknown namespace). With `data` the inputs, the applied object and every later read
-    are one form (normalizeSecretData decodes and re-encodes, :157-188, which leaves standard
-    base64 as it is), so a later `up` or refresh sees no change. pulumi-kubernetes marks a
-    Secret's `data` secret in its state (annotateSecrets, provider.go :3470-3480).
-    """
-    return pulumi.Output.secret(value).apply(lambda v: base64.b64encode(v.encode()).decode())
 
 
 def workload_principal(project_number: str, project: str, namespace: str, ksa: str) -> str:
