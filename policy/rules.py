@@ -6,8 +6,8 @@ plan.json` to the same validate functions (`make policy`). Both see resources th
 `props` are the engine's inputs (camelCase keys, as in plan.json) and every secret value is the
 string SECRET (see `show_secrets_as_the_plan_does`).
 
-The rules live by concern: exposure.py (the Ray head), access.py (IAM, the nodes' service
-account, credentials), resources.py (bucket, GPU capacity, fixed names, labels) and
+The rules live by concern: exposure.py (the Ray head), control_plane.py (the cluster's API
+endpoint), access.py (IAM, the nodes' service account, credentials), resources.py (bucket, GPU capacity, fixed names, labels) and
 supply_chain.py (images), with what they share in common.py. This module makes them the pack.
 
 What the pack deliberately does not check: what only a live project knows (quota, whether a
@@ -30,6 +30,7 @@ from pulumi_policy import (
 from policy import pack_config
 from policy.access import validate_iam_bucket_scope, validate_node_service_account, validate_secrets
 from policy.common import SECRET
+from policy.control_plane import validate_control_plane_not_open
 from policy.exposure import validate_ray_cluster_network_policy, validate_ray_head_not_exposed
 from policy.resources import (
     ALLOW_FORCE_DESTROY,
@@ -57,6 +58,11 @@ POLICIES = [
         name="ray-cluster-network-policy",
         description="Every RayCluster has a NetworkPolicy restricting ingress to its head.",
         validate=validate_ray_cluster_network_policy,
+    ),
+    ResourceValidationPolicy(
+        name="control-plane-not-open",
+        description="The GKE control plane has no public IP endpoint open to every address.",
+        validate=validate_control_plane_not_open,
     ),
     ResourceValidationPolicy(
         name="iam-bucket-scope-only",

@@ -246,7 +246,7 @@ def test_the_cluster_lives_in_the_stacks_private_network(stack, mode):
     }
     nat = recording.one("gcp:compute/routerNat:RouterNat").plain_inputs
     assert nat["sourceSubnetworkIpRangesToNat"] == "ALL_SUBNETWORKS_ALL_IP_RANGES"
-    assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True, "enablePrivateEndpoint": False}
+    assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True}  # no IP endpoint: tests/test_components.py
 
 
 def test_a_named_network_is_used_as_it_is():
@@ -271,6 +271,7 @@ def test_control_plane_access_can_be_limited():
     ("overrides", "expected"),
     [
         ({"verl-gke:controlPlaneCidrs": '["10.0.0.1/8"]'}, "is not an IPv4 CIDR range"),
+        ({"verl-gke:controlPlaneCidrs": '["0.0.0.0/0"]'}, "lets every address reach the control plane"),
         ({"verl-gke:controlPlaneCidrs": json.dumps([f"10.{i}.0.0/16" for i in range(51)])}, "GKE takes at most 50"),
         ({"verl-gke:network": "corp-vpc"}, "verl-gke:network and verl-gke:subnetwork go together"),
         ({"verl-gke:labels": '{"Team": "x"}'}, "label key 'Team' is invalid"),

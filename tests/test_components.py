@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
+import pulumi
 import pytest
 
+from components.cluster.gke_cluster import GkeCluster, GkeClusterArgs
+from components.cluster.kubeconfig import cluster_identifier, dns_endpoint
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.schema.choices import Capacity
 from components.facts.hardware import profile
@@ -136,3 +140,121 @@ def test_reservation_names_and_blocks_pass_through(reservation):
     affinity = _pool(Capacity.RESERVATION, reservation)["nodeConfig"]["reservationAffinity"]
     assert affinity["consumeReservationType"] == "SPECIFIC_RESERVATION"
     assert affinity["values"] == [reservation]
+
+
+CLUSTER = "gcp:container/cluster:Cluster"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+CIDRS = ("203.0.113.0/24", "198.51.100.7/32")
+# What GkeCluster's kubeconfig was, for the mock's cluster, before the DNS endpoint
+# (git show 7f47822:components/cluster/gke_cluster.py): a stack that keeps its IP endpoint must
+# get it byte for byte, or pulumi-kubernetes would see a new active cluster.
+IP_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: gke_c
+  cluster:
+    certificate-authority-data: RkFLRS1DQQ==
+    server: https://203.0.113.10
+contexts:
+- name: gke_c
+  context:
+    cluster: gke_c
+    user: gke_c
+current-context: gke_c
+users:
+- name: gke_c
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: gke-gcloud-auth-plugin
+      installHint: Install gke-gcloud-auth-plugin (gcloud components install gke-gcloud-auth-plugin)
+      provideClusterInfo: true
+"""
+
+
+def _gke(cidrs: tuple[str, ...] = (), autopilot: bool = False) -> mockrun.Recording:
+    def program():
+        gke = GkeCluster(
+            "gke",
+            GkeClusterArgs(
+                project="p", region="us-central1", zone="us-central1-b", cluster_name="c",
+                autopilot=autopilot, version="1.34", deletion_protection=True,
+                exclusion_start="2026-12-01T00:00:00Z", control_plane_cidrs=cidrs,
+            ),
+        )
+        pulumi.export("kubeconfig", gke.kubeconfig)
+        pulumi.export("endpoint", gke.endpoint)
+
+    return mockrun.run(program)
+
+
+@pytest.mark.parametrize("autopilot", [False, True], ids=["standard", "autopilot"])
+def test_by_default_the_control_plane_has_no_ip_endpoint(autopilot):
+    """Default (no controlPlaneCidrs), both modes: the DNS endpoint takes outside traffic, the IP
+    endpoints are off, and nothing of the IP side is sent (no authorized networks, no
+    enablePrivateEndpoint, which the provider would not send anyway)."""
+    cluster = _gke(autopilot=autopilot).one(CLUSTER).plain_inputs
+    assert cluster["controlPlaneEndpointsConfig"] == {
+        "dnsEndpointConfig": {"allowExternalTraffic": True},
+        "ipEndpointsConfig": {"enabled": False},
+    }
+    assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True}
+    assert "masterAuthorizedNetworksConfig" not in cluster
+
+
+def test_control_plane_cidrs_keep_a_public_ip_endpoint_limited_to_them():
+    """controlPlaneCidrs: the IP endpoint stays, public, behind exactly those ranges; the DNS
+    endpoint stays open to IAM-authorised callers too."""
+    cluster = _gke(CIDRS).one(CLUSTER).plain_inputs
+    assert cluster["controlPlaneEndpointsConfig"] == {
+        "dnsEndpointConfig": {"allowExternalTraffic": True},
+        "ipEndpointsConfig": {"enabled": True},
+    }
+    assert cluster["privateClusterConfig"] == {"enablePrivateNodes": True, "enablePrivateEndpoint": False}
+    blocks = cluster["masterAuthorizedNetworksConfig"]["cidrBlocks"]
+    assert [b["cidrBlock"] for b in blocks] == list(CIDRS)
+
+
+def test_the_kubeconfig_reaches_the_dns_endpoint_and_trusts_the_public_roots():
+    """Default: the provider, the job's kubectl and `make logs` (all through this kubeconfig)
+    reach https://<DNS endpoint>, with no CA of the cluster's: the DNS endpoint's certificate is
+    publicly trusted, as gcloud's own --dns-endpoint kubeconfig assumes."""
+    recording = _gke()
+    dns = recording.one(CLUSTER).inputs  # inputs only; the endpoint is the mock's answer
+    assert "controlPlaneEndpointsConfig" in dns
+    endpoint = recording.outputs["endpoint"]
+    assert endpoint.endswith(".us-central1.gke.goog")
+    kubeconfig = recording.outputs["kubeconfig"]
+    assert f"    server: https://{endpoint}\n" in kubeconfig
+    assert "certificate-authority" not in kubeconfig and "insecure-skip-tls-verify" not in kubeconfig
+    assert kubeconfig.replace(f"https://{endpoint}", "https://203.0.113.10") == IP_KUBECONFIG.replace(
+        "    certificate-authority-data: RkFLRS1DQQ==\n", ""
+    )
+    assert "kubeconfig" in recording.secret_outputs
+
+
+def test_a_stack_keeping_its_ip_endpoint_keeps_its_kubeconfig():
+    """controlPlaneCidrs: the kubeconfig is the one built before the DNS endpoint, byte for
+    byte (IP server and CA), so such a stack's provider sees no new active cluster."""
+    recording = _gke(CIDRS)
+    assert recording.outputs["kubeconfig"] == IP_KUBECONFIG
+    assert recording.outputs["endpoint"] == "203.0.113.10"
+
+
+@pytest.mark.parametrize("cidrs", [(), CIDRS], ids=["dns", "ip"])
+def test_the_kubernetes_provider_is_replaced_only_with_the_cluster(cidrs):
+    """The provider carries a clusterIdentifier, a plain string naming the cluster and its CA
+    (the mock's): a changed kubeconfig (IP endpoint to DNS endpoint) is then an update of the
+    provider, not a replacement of every object in the cluster (pulumi-kubernetes
+    DiffConfig), while a new cluster under the same name (a new CA) still replaces it."""
+    provider = _gke(cidrs).one(K8S_PROVIDER).plain_inputs
+    digest = hashlib.sha256(mockrun.FAKE_CA.encode()).hexdigest()[:16]
+    assert provider["clusterIdentifier"] == f"projects/p/locations/us-central1/clusters/c@ca-sha256:{digest}"
+    assert provider["kubeconfig"] == "[secret]"
+    assert cluster_identifier("p", "us-central1", "c", "T1RIRVItQ0E=") != provider["clusterIdentifier"]
+
+
+def test_a_cluster_without_its_dns_endpoint_is_named_with_the_fix():
+    """The API always fills the DNS endpoint; a state without one says what to do."""
+    with pytest.raises(ValueError, match="read back no controlPlaneEndpointsConfig.dnsEndpointConfig"):
+        dns_endpoint(None)

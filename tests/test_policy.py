@@ -60,7 +60,7 @@ def test_the_cli_entry_point_serves_exactly_the_rules_make_policy_runs(monkeypat
     runpy.run_path(str(plan.ROOT / "policy" / "__main__.py"), run_name="__main__")
     assert served["policies"] is rules.POLICIES is policy_check.POLICIES
     assert served["name"] == "verl-gke"
-    assert len({p.name for p in rules.POLICIES}) == len(rules.POLICIES) == 10
+    assert len({p.name for p in rules.POLICIES}) == len(rules.POLICIES) == 11
     # Levels live in policy/config.json only, which the CLI gets as the pack's initial config.
     assert all(p.enforcement_level is None for p in rules.POLICIES)
     mandatory = pulumi_policy.EnforcementLevel.MANDATORY
@@ -417,6 +417,43 @@ def test_an_autopilot_cluster_is_checked_in_its_auto_provisioning_defaults():
     cluster["inputs"].setdefault("clusterAutoscaling", {})["autoProvisioningDefaults"] = {
         "serviceAccount": "verl-a4-nodes@example-project.iam.gserviceaccount.com"}
     assert violations("nodes-dedicated-service-account", [cluster]) == []
+
+
+# --- Control plane -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["standard", "autopilot"])
+def test_the_programs_control_plane_is_not_open(mode):
+    """The program's cluster (DNS endpoint only) passes, in both modes, and so does one that
+    keeps its IP endpoint behind controlPlaneCidrs."""
+    cluster = one(resources("a4", mode), CLUSTER)
+    assert violations("control-plane-not-open", [cluster]) == []
+    cluster["inputs"]["controlPlaneEndpointsConfig"]["ipEndpointsConfig"]["enabled"] = True
+    cluster["inputs"]["masterAuthorizedNetworksConfig"] = {"cidrBlocks": [{"cidrBlock": "203.0.113.0/24"}]}
+    assert violations("control-plane-not-open", [cluster]) == []
+
+
+@pytest.mark.parametrize("change, expected", [
+    # The cluster as this program sent it before the DNS endpoint: IP endpoint on by default.
+    (lambda c: c.pop("controlPlaneEndpointsConfig"), "takes any address"),
+    (lambda c: c["controlPlaneEndpointsConfig"]["ipEndpointsConfig"].pop("enabled"), "takes any address"),
+    (lambda c: c["controlPlaneEndpointsConfig"].update(ipEndpointsConfig={"enabled": True}), "takes any address"),
+    (lambda c: c.update(controlPlaneEndpointsConfig={"ipEndpointsConfig": {"enabled": True}},
+                        masterAuthorizedNetworksConfig={"cidrBlocks": [{"cidrBlock": "0.0.0.0/0"}]}),
+     "allows 0.0.0.0/0, every address"),
+    (lambda c: c.update(controlPlaneEndpointsConfig={"ipEndpointsConfig": {"enabled": True}},
+                        masterAuthorizedNetworksConfig={"gcpPublicCidrsAccessEnabled": True}),
+     "gcpPublicCidrsAccessEnabled"),
+], ids=["no-endpoints-config", "enabled-unset", "enabled", "all-addresses", "gcp-public-cidrs"])
+def test_a_public_ip_endpoint_open_to_all_is_a_violation(change, expected):
+    """An IP endpoint, public (no enablePrivateEndpoint), with no authorized networks or one
+    that lets everyone in, fails; made private, the same cluster passes."""
+    cluster = one(resources(), CLUSTER)
+    change(cluster["inputs"])
+    [message] = violations("control-plane-not-open", [cluster])
+    assert expected in message and "verl-gke:controlPlaneCidrs" in message
+    cluster["inputs"]["privateClusterConfig"]["enablePrivateEndpoint"] = True
+    assert violations("control-plane-not-open", [cluster]) == []
 
 
 # --- Fixed names -------------------------------------------------------------------------------

@@ -90,6 +90,24 @@ def test_the_token_secret_is_written_as_data_not_string_data(program):
     assert "stringData" not in secret.inputs and set(secret.plain_inputs["data"]) == {"hf_api_token"}
 
 
+def test_everything_that_reaches_the_cluster_goes_through_its_dns_endpoint(program):
+    """The Kubernetes provider, the run's and the cluster check's `kubectl port-forward`
+    (`access.kubeconfig`) and the `kubeconfig` output (`make logs`, `make curve`, the preview)
+    hold one kubeconfig, and it names the DNS endpoint, which is the `clusterEndpoint` output;
+    the cluster has no IP endpoint."""
+    _, _, _, recording = program
+    endpoint = recording.outputs["clusterEndpoint"]
+    assert endpoint.endswith(".gke.goog")
+    kubeconfig = recording.outputs["kubeconfig"]
+    assert yaml.safe_load(kubeconfig)["clusters"][0]["cluster"] == {"server": f"https://{endpoint}"}
+    held = [mockrun.unwrap(recording.one("pulumi:providers:kubernetes").inputs["kubeconfig"])]
+    for type_ in ("pulumi-python:dynamic/verl-gke:GrpoRun", "pulumi-python:dynamic/verl-gke:ClusterCheckRun"):
+        held.append(mockrun.unwrap(recording.one(type_).inputs["access"])["kubeconfig"])
+    assert held == [kubeconfig] * 3
+    cluster = recording.one("gcp:container/cluster:Cluster").plain_inputs
+    assert cluster["controlPlaneEndpointsConfig"]["ipEndpointsConfig"] == {"enabled": False}
+
+
 @pytest.mark.parametrize("stack_mode", RDMA_STACKS, ids=lambda s: "-".join(s))
 def test_rdma_networks_match_the_tutorial(stack_mode):
     """gVNIC VPC + firewall and one RoCE subnet per NIC, as the tutorial's gcloud commands."""

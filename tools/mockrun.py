@@ -286,8 +286,15 @@ class FakeCloud(pulumi_mocks.Mocks):
     def _computed(self, type_: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
         if type_ == "gcp:container/cluster:Cluster":
             cluster_name = state.get("name", name)
+            endpoints = copy.deepcopy(state.get("controlPlaneEndpointsConfig") or {})
+            # The DNS endpoint is "Output only ... Always present" (container.v1
+            # DNSEndpointConfig.endpoint); the real one is gke-<id>.<region>.gke.goog.
+            endpoints.setdefault("dnsEndpointConfig", {})["endpoint"] = (
+                f"gke-0123456789abcdef-{FAKE_PROJECT_NUMBER}.{state.get('location', 'unknown')}.gke.goog"
+            )
             return {
                 "endpoint": "203.0.113.10",  # TEST-NET-3: documentation-only address
+                "controlPlaneEndpointsConfig": endpoints,
                 "masterAuth": {"clusterCaCertificate": FAKE_CA},
                 "selfLink": f"https://container.googleapis.com/v1/projects/{self.project}/"
                 f"locations/{state.get('location', 'unknown')}/clusters/{cluster_name}",

@@ -129,6 +129,40 @@ READBACK: dict[str, ReadBack] = {
              "TF resource_container_cluster.go:2028-2033: DiffSuppressFunc "
              "CompareSelfLinkOrResourceName",
              compared=False),
+        # The control plane's endpoints (components/cluster/gke_cluster.py):
+        # allowExternalTraffic and ipEndpointsConfig.enabled read back as sent
+        # (flattenDnsEndpointConfig, flattenIpEndpointsConfig, TF
+        # resource_container_cluster.go:8047-8070).
+        _server_default("controlPlaneEndpointsConfig.dnsEndpointConfig.endpoint",
+                        "TF resource_container_cluster.go:2270-2275 (Optional+Computed), read "
+                        ":8054 from DNSEndpointConfig.endpoint, 'Output only ... Always present' "
+                        "(container.v1 discovery document)"),
+        *(Rule(f"controlPlaneEndpointsConfig.dnsEndpointConfig.{flag}", SERVER_DEFAULT,
+               "TF resource_container_cluster.go:2281-2290 (Optional, not Computed): the "
+               "provider sends false when unset (expandControlPlaneEndpointsConfig :7102-7110, "
+               "ForceSendFields) and flattenDnsEndpointConfig reads back false (:8055-8056); the "
+               "SDK compares an unset bool as its zero value, false",
+               compared=False, applies=_unset(f"controlPlaneEndpointsConfig.dnsEndpointConfig.{flag}"))
+          for flag in ("enableK8sTokensViaDns", "enableK8sCertsViaDns")),
+        Rule("privateClusterConfig.enablePrivateEndpoint", SERVER_DEFAULT,
+             "with the IP endpoints disabled the provider does not send it (expand returns at "
+             "TF resource_container_cluster.go:7119-7124) but reads back "
+             "!IPEndpointsConfig.enablePublicEndpoint, whatever the API dictates "
+             "(flattenPrivateClusterConfig :8081); the DiffSuppressFunc "
+             "containerClusterPrivateClusterConfigSuppress suppresses that diff through "
+             "containerClusterApiDictatedPrivateEndpointField (:9073-9076, :9108-9134, since "
+             "8e44798f52, 2026-08-19)",
+             read=lambda _sent: True, compared=False,
+             applies=lambda inputs: _get(inputs, "controlPlaneEndpointsConfig.ipEndpointsConfig"
+                                                 ".enabled") is False),
+        # With the IP endpoints disabled, masterAuthorizedNetworksConfig is neither sent nor
+        # read back (the API's config is disabled: flattenMasterAuthorizedNetworksConfig
+        # returns nothing, :8558-8561). With controlPlaneCidrs: cidrBlocks is a TypeSet, read
+        # back as sent whatever the order (:67-75), and the two flags are server defaults.
+        *(_server_default(f"masterAuthorizedNetworksConfig.{flag}",
+                          "TF resource_container_cluster.go:76-87 (Optional+Computed), read "
+                          ":8571-8572")
+          for flag in ("gcpPublicCidrsAccessEnabled", "privateEndpointEnforcementEnabled")),
         # initialNodeCount reads back what was sent (:3749, Cluster.initialNodeCount): Cluster
         # Toolkit sends 1 with remove_default_node_pool and does not ignore it
         # (modules/scheduler/gke-cluster/main.tf:130-131, 367-372 @1047080375).
@@ -230,7 +264,8 @@ READBACK: dict[str, ReadBack] = {
     )),
     "pulumi:providers:kubernetes": ReadBack(
         "a provider's stored inputs against its new ones (K8S provider.go:454 DiffConfig); the "
-        "kubeconfig is built from the cluster's endpoint and CA, which do not change"),
+        "kubeconfig is built from the cluster's DNS endpoint (or, with controlPlaneCidrs, its IP "
+        "endpoint and CA), which do not change; so is clusterIdentifier (the cluster's name and CA)"),
     "kubernetes:helm.sh/v3:Release": ReadBack(
         "the release's stored `__inputs` against the new inputs (K8S helm_release.go:795-855)"),
     **{

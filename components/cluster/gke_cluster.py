@@ -6,9 +6,14 @@ the GPU zone) for the Ray head and the staging job. Autopilot: multi-networking 
 operator. Both get DCGM + Managed Prometheus metrics, system and workload logging, and a
 maintenance exclusion that keeps GKE from upgrading nodes under a running training job.
 
-The component also builds the Kubernetes provider for everything in the cluster, from its own
-endpoint and CA, authenticating with gke-gcloud-auth-plugin, and exports the same kubeconfig as a
-secret. It does not create GPU nodes (GpuNodePool does).
+The control plane has no public IP address by default: it is reached only through GKE's
+DNS-based endpoint, where Google authorises every request with IAM (`container.clusters.connect`)
+before Kubernetes sees it, and the IP endpoints are disabled. `control_plane_cidrs` keeps an IP
+endpoint, public and limited to those ranges, for whoever needs one (docs/design.md).
+
+The component also builds the Kubernetes provider for everything in the cluster, from the
+endpoint the cluster is reached by, authenticating with gke-gcloud-auth-plugin, and exports the
+same kubeconfig as a secret. It does not create GPU nodes (GpuNodePool does).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from components.cluster.kubeconfig import cluster_identifier, dns_endpoint, kubeconfig
 from components.cluster.node_identity import OAUTH_SCOPES, node_baseline
 from components.options import child_options, fixed_name
 
@@ -71,7 +77,8 @@ class GkeClusterArgs:
     node_service_account: pulumi.Input[str] | None = None
     # Google Cloud labels of the cluster (cost attribution); GKE copies them to its nodes.
     labels: dict[str, str] = field(default_factory=dict)
-    # CIDR ranges that may reach the control plane; empty: any (credentials still required).
+    # CIDR ranges that may reach the control plane's public IP endpoint; empty (the default): no
+    # IP endpoint at all, the DNS-based endpoint only (IAM-authorised).
     control_plane_cidrs: tuple[str, ...] = ()
     # What nodes need before they start (the node account's roles, the network's NAT): the
     # system pool and everything in the cluster wait for them, the control plane does not.
@@ -113,19 +120,31 @@ class GkeCluster(pulumi.ComponentResource):
 
         self.name = self.cluster.name
         self.location = self.cluster.location
-        self.endpoint = self.cluster.endpoint
+        # The address the kubeconfig reaches the API server at: the DNS endpoint, or with
+        # control_plane_cidrs the public IP, as before (and with the same kubeconfig, so that a
+        # stack keeping its IP endpoint sees no change to its Kubernetes provider).
+        if args.control_plane_cidrs:
+            self.endpoint = self.cluster.endpoint
+            ca_certificate = self.cluster.master_auth.cluster_ca_certificate
+        else:
+            self.endpoint = self.cluster.control_plane_endpoints_config.apply(dns_endpoint)
+            ca_certificate = pulumi.Output.from_input(None)
         self.kubeconfig = pulumi.Output.secret(
-            pulumi.Output.all(
-                self.cluster.name,
-                self.cluster.endpoint,
-                self.cluster.master_auth.cluster_ca_certificate,
-            ).apply(lambda v: kubeconfig(*v))
+            pulumi.Output.all(self.cluster.name, self.endpoint, ca_certificate).apply(
+                lambda v: kubeconfig(*v)
+            )
         )
         # Everything in the cluster waits for the system pool: a provider that depends on it
         # keeps Kubernetes objects from being applied to a cluster with no node to run them.
         self.provider = k8s.Provider(
             f"{name}-k8s",
-            k8s.ProviderArgs(kubeconfig=self.kubeconfig, enable_server_side_apply=True),
+            k8s.ProviderArgs(
+                kubeconfig=self.kubeconfig,
+                enable_server_side_apply=True,
+                cluster_identifier=self.cluster.master_auth.cluster_ca_certificate.apply(
+                    lambda ca: cluster_identifier(args.project, args.region, args.cluster_name, ca)
+                ),
+            ),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[
@@ -168,42 +187,6 @@ def ignored_inputs(args: GkeClusterArgs) -> list[str]:
     ]
 
 
-def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
-    """A kubeconfig that authenticates with gke-gcloud-auth-plugin, as `get-credentials` does.
-
-    It holds no token (the plugin fetches one per call), but it names the endpoint and CA, so
-    the program treats it as a secret anyway.
-    """
-    context = f"gke_{cluster_name}"
-    return "\n".join(
-        [
-            "apiVersion: v1",
-            "kind: Config",
-            "clusters:",
-            f"- name: {context}",
-            "  cluster:",
-            f"    certificate-authority-data: {ca_certificate}",
-            f"    server: https://{endpoint}",
-            "contexts:",
-            f"- name: {context}",
-            "  context:",
-            f"    cluster: {context}",
-            f"    user: {context}",
-            f"current-context: {context}",
-            "users:",
-            f"- name: {context}",
-            "  user:",
-            "    exec:",
-            "      apiVersion: client.authentication.k8s.io/v1beta1",
-            "      command: gke-gcloud-auth-plugin",
-            "      installHint: Install gke-gcloud-auth-plugin "
-            "(gcloud components install gke-gcloud-auth-plugin)",
-            "      provideClusterInfo: true",
-            "",
-        ]
-    )
-
-
 def _common(args: GkeClusterArgs) -> dict:
     """Settings both modes share."""
     return dict(
@@ -230,16 +213,8 @@ def _common(args: GkeClusterArgs) -> dict:
         network=args.network,
         subnetwork=args.subnetwork,
         ip_allocation_policy=_ip_allocation(args),
-        # Private nodes: no external addresses; they leave through the network's Cloud NAT.
-        # The control plane keeps its public endpoint (for `pulumi up` and kubectl), limited to
-        # `control_plane_cidrs` when given. GKE >= 1.29 runs the control plane's private side
-        # over Private Service Connect, so no master CIDR block is needed. The API now prefers
-        # NetworkConfig.defaultEnablePrivateNodes (container.v1 PrivateClusterConfig:
-        # "Deprecated: Use NetworkConfig.default_enable_private_nodes"); pulumi-gcp 10.2 has no
-        # such cluster argument, and the API still honours this one.
-        private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
-            enable_private_nodes=True, enable_private_endpoint=False
-        ),
+        control_plane_endpoints_config=_control_plane_endpoints(args),
+        private_cluster_config=_private_cluster(args),
         master_authorized_networks_config=_authorized_networks(args),
         resource_labels=args.labels or None,
         # GKE cost allocation: the bill broken down by namespace and label
@@ -257,9 +232,68 @@ def _ip_allocation(args: GkeClusterArgs) -> gcp.container.ClusterIpAllocationPol
     )
 
 
+def _control_plane_endpoints(
+    args: GkeClusterArgs,
+) -> gcp.container.ClusterControlPlaneEndpointsConfigArgs:
+    """The DNS endpoint takes traffic from outside Google (`pulumi up`, kubectl, the preview
+    in CI), authorised by IAM; the IP endpoints exist only with `control_plane_cidrs`.
+
+    What the provider sends (terraform-provider-google-beta @93c65b2d60, google-beta/services/
+    container/resource_container_cluster.go expandControlPlaneEndpointsConfig :7095-7144):
+    DNSEndpointConfig.allowExternalTraffic always (ForceSendFields, :7097-7100), and
+    IPEndpointsConfig.enabled, true unless set false (:7112-7118); with enabled false it sends
+    nothing else of the IP side (no public endpoint, no authorized networks, :7119-7124). Left
+    unset, allowExternalTraffic would go out as false: the DNS endpoint then serves only
+    Google-internal traffic (container.v1 DNSEndpointConfig.allowExternalTraffic, discovery
+    document container.v1.json:5067). The block is not ForceNew (schema :2254-2312, and no
+    CustomizeDiff forces it, :256-271): a change is one UpdateCluster with
+    DesiredControlPlaneEndpointsConfig (:4105-4119), in place. The API
+    reads both fields back as sent (flattenDnsEndpointConfig, flattenIpEndpointsConfig
+    :8047-8070). Standard and Autopilot alike (no ConflictsWith on enable_autopilot).
+    enableK8sTokensViaDns / enableK8sCertsViaDns stay off: the kubeconfig authenticates with
+    Google OAuth tokens from gke-gcloud-auth-plugin, not Kubernetes tokens or certificates.
+    """
+    ip_enabled = bool(args.control_plane_cidrs)
+    # pulumi-gcp 10.2.0's typed Args (.venv pulumi_gcp/container/_inputs.py:7062, 7119, 7196).
+    return gcp.container.ClusterControlPlaneEndpointsConfigArgs(
+        dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
+            allow_external_traffic=True
+        ),
+        ip_endpoints_config=gcp.container.ClusterControlPlaneEndpointsConfigIpEndpointsConfigArgs(
+            enabled=ip_enabled
+        ),
+    )
+
+
+def _private_cluster(args: GkeClusterArgs) -> gcp.container.ClusterPrivateClusterConfigArgs:
+    """Private nodes: no external addresses; they leave through the network's Cloud NAT.
+
+    GKE >= 1.29 runs the control plane's private side over Private Service Connect, so no
+    master CIDR block is needed. The API now prefers NetworkConfig.defaultEnablePrivateNodes
+    (container.v1 PrivateClusterConfig: "Deprecated: Use
+    NetworkConfig.default_enable_private_nodes"); pulumi-gcp 10.2 has no such cluster argument,
+    and the API still honours this one.
+
+    enable_private_endpoint=False (a public IP endpoint, limited to `control_plane_cidrs`) only
+    when there is an IP endpoint: with the IP endpoints disabled the provider does not send it
+    (expandControlPlaneEndpointsConfig returns before :7126), reads back whatever the API
+    dictates, and suppresses that diff (containerClusterApiDictatedPrivateEndpointField,
+    :9073-9076 and 9108-9134, in google-beta since 8e44798f52, 2026-08-19, an ancestor of the
+    8.0.0 release pulumi-gcp 10 bridges). Sending nothing there says what happens.
+    """
+    if not args.control_plane_cidrs:
+        return gcp.container.ClusterPrivateClusterConfigArgs(enable_private_nodes=True)
+    return gcp.container.ClusterPrivateClusterConfigArgs(
+        enable_private_nodes=True, enable_private_endpoint=False
+    )
+
+
 def _authorized_networks(
     args: GkeClusterArgs,
 ) -> gcp.container.ClusterMasterAuthorizedNetworksConfigArgs | None:
+    """The IP endpoint's allowed ranges (sent inside IPEndpointsConfig.authorizedNetworksConfig,
+    expandControlPlaneEndpointsConfig :7138, and read back from there, :3743-3748). None
+    without an IP endpoint."""
     if not args.control_plane_cidrs:
         return None
     return gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(

@@ -145,8 +145,8 @@ class StackConfig(BaseModel):
     )
     control_plane_cidrs: list[str] = Field(
         default_factory=list,
-        description="CIDR ranges allowed to reach the control plane; default: any (credentials "
-        "still required).",
+        description="Keep a public IP endpoint for the control plane, limited to these CIDR "
+        "ranges; default: none, the DNS endpoint only (IAM-authorised).",
     )
     labels: dict[str, str] = Field(
         default_factory=dict,

@@ -120,11 +120,20 @@ def _access_problems(config: StackConfig) -> list[str]:
     key = f"{NAMESPACE}:controlPlaneCidrs"
     for cidr in config.control_plane_cidrs:
         try:
-            ipaddress.IPv4Network(cidr, strict=True)
+            network = ipaddress.IPv4Network(cidr, strict=True)
         except ValueError as error:
             problems.append(
                 f"{key}: {quoted(cidr)} is not an IPv4 CIDR range ({error}): use e.g. "
                 "203.0.113.0/24, host bits zero"
+            )
+            continue
+        # The ranges are what keeps a public IP endpoint (components/cluster/gke_cluster.py);
+        # one that holds every address is the open endpoint the DNS endpoint replaces.
+        if network.prefixlen == 0:
+            problems.append(
+                f"{key}: {quoted(cidr)} lets every address reach the control plane's public IP "
+                f"endpoint: name the ranges you run from, or remove {key} to reach the cluster "
+                "through its DNS endpoint only (IAM-authorised)"
             )
     if len(config.control_plane_cidrs) > MAX_CONTROL_PLANE_CIDRS:
         problems.append(
