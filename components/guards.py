@@ -20,8 +20,8 @@ from typing import Any
 
 import pulumi
 import pulumi.dynamic as dynamic
-from pulumi.runtime import rpc
 
+from components import unknowns
 from components.messages import quoted
 
 DELETION_PROTECTION_FIX = (
@@ -69,7 +69,7 @@ def moves(olds: dict[str, Any], news: dict[str, Any]) -> list[tuple[str, str]]:
     found = []
     for field, key in BucketIdentityProvider.IMMUTABLE:
         old, new = olds.get(field), news.get(field)
-        if old == new or new == rpc.UNKNOWN:
+        if old == new or unknowns.is_unknown(new):  # a preview's unknown is not a move
             continue
         found.append((
             field,
