@@ -181,7 +181,7 @@ class ProviderProcess:
         if not first.isdigit():
             self.close()
             said = self.log.read_text(errors="replace")[-3000:] if self.log else ""
-            raise RuntimeError(f"the provider process wrote no port ({first!r}); its stderr:\n{said}")
+            raise RuntimeError(f"the provider process wrote no port ({first!r}):\n{said}")
         return int(first)
 
     def close(self) -> None:

@@ -1,4 +1,6 @@
-"""Every dynamic provider of the program in the SDK's real provider process (tests/provider_process.py).
+"""Every dynamic provider of the program in the SDK's real provider process.
+
+The process is started and driven as the engine does it by tests/provider_process.py.
 
 The inputs are the program's own registrations: the a4 stack rendered under the mock runtime,
 where the SDK's `dynamic.Resource` made each `__provider` pickle. They are fed unchanged but for
@@ -25,19 +27,23 @@ from typing import Any
 import pytest
 from pulumi.output import Unknown
 
+from components import provider_home
 from components.guards import BucketIdentityProvider, moves
 from components.ray import cluster_check, job_provider
 from components.ray.grpo_job import deterministic_id
 from tests.local_ray import list_jobs
 from tests.provider_process import (
     DIFF_SOME,
+    ROOT,
     Deployment,
     Planned,
     ProviderError,
+    ProviderProcess,
     Registration,
     first_preview,
     unknown_variants,
 )
+from tools import mockrun
 
 FAKES = Path(__file__).parent / "fakes"
 DYNAMIC = "pulumi-python:dynamic/verl-gke:"
@@ -234,7 +240,8 @@ def test_an_unchanged_up_only_checks_and_diffs(lifecycle, command):
     """With nothing changed (and after a refresh of the running job), every diff says no
     change: the numbers that came back as floats, the refresh's inputs without `access`."""
     assert lifecycle.done[command] == dict.fromkeys(NAMES, "same")
-    assert lifecycle.calls[command] == [(call, name) for name in NAMES for call in ("check", "diff")]
+    assert lifecycle.calls[command] == [(call, name) for name in NAMES
+                                        for call in ("check", "diff")]
 
 
 def test_a_preview_with_any_one_input_unknown_judges_nothing_and_says_what_may_replace(lifecycle):
@@ -248,8 +255,10 @@ def test_a_preview_with_any_one_input_unknown_judges_nothing_and_says_what_may_r
     assert {(name, key) for name, key, _ in found} == registered_keys
     wrong = {}
     for (name, key, kind), plan in found.items():
-        if isinstance(plan, ProviderError) or plan.failures:
-            wrong[name, key, kind] = str(plan)[-300:] if isinstance(plan, ProviderError) else plan.failures
+        if isinstance(plan, ProviderError):
+            wrong[name, key, kind] = str(plan)[-300:]
+        elif plan.failures:
+            wrong[name, key, kind] = plan.failures
         elif kind == "new" and not isinstance(plan.checked.get(key), Unknown):
             wrong[name, key, kind] = f"check made it {plan.checked.get(key)!r}"
         elif kind == "deployed":
@@ -284,7 +293,8 @@ def test_a_recheck_deletes_the_job_before_the_check_and_creates_both_again(lifec
         ("check", GUARD), ("diff", GUARD), ("update", GUARD),
     ]
     outputs = lifecycle.states["re-check"]
-    assert outputs[JOB]["checked"] == outputs[CHECK]["submission_id"] != outputs[JOB]["submission_id"]
+    assert outputs[JOB]["checked"] == outputs[CHECK]["submission_id"]
+    assert outputs[CHECK]["submission_id"] != lifecycle.states["up"][CHECK]["submission_id"]
     assert outputs[GUARD]["protected"] is False
     jobs = {job["submission_id"]: job for job in lifecycle.ray["re-check"]}
     new_check, job = jobs[outputs[CHECK]["submission_id"]], jobs[outputs[JOB]["submission_id"]]
@@ -313,6 +323,60 @@ def _runs_fake_for(pid: str, log: Path) -> bool:
     except OSError:
         return False
     return b"kubectl" in cmdline and f"FAKE_KUBECTL_LOG={log}".encode() in environ
+
+
+# --- where the process starts ----------------------------------------------------------------
+
+
+def test_from_another_directory_the_process_needs_pythonpath(registered, tmp_path):
+    """The providers are pickled by reference (`components.guards BucketIdentityProvider`):
+    started elsewhere (a `main:` directory, an Automation API work_dir), the process cannot
+    import them; with PYTHONPATH naming the project, as the registration's message says, it
+    can."""
+    identity = next(r for r in registered if r.name == IDENTITY)
+    venv = str(ROOT / ".venv")
+    with ProviderProcess(cwd=tmp_path, virtualenv=venv, log=tmp_path / "stderr") as process:
+        with pytest.raises(ProviderError, match="No module named 'components'"):
+            process.check(identity.urn, {}, identity.inputs, preview=True)
+    with ProviderProcess(cwd=tmp_path, virtualenv=venv, env={"PYTHONPATH": str(ROOT)}) as process:
+        checked, failures = process.check(identity.urn, {}, identity.inputs, preview=True)
+    assert failures == [] and checked["name"] == identity.inputs["name"]
+
+
+def test_a_program_started_elsewhere_stops_at_its_first_registration(monkeypatch, tmp_path):
+    """Run by the CLI from a directory where the provider process could not import the
+    providers, the program stops at BucketIdentity, its first registration, saying what to
+    set; from the project root it goes on."""
+    from components.guards import BucketIdentity
+
+    monkeypatch.setattr(provider_home, "mocked", lambda: False)  # as if the engine ran it
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    # The CLI passes the project's root (pulumi-language-python-exec --root_directory).
+    monkeypatch.setattr(provider_home.settings.SETTINGS, "root_directory", str(ROOT))
+
+    def program():
+        BucketIdentity("bucket-identity", "b", "US-CENTRAL1", "p")
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception, match="set PYTHONPATH=") as stopped:
+        mockrun.run(program)
+    assert f"program's directory, {tmp_path}" in str(stopped.value)
+    monkeypatch.chdir(ROOT)
+    assert len(mockrun.run(program).resources) == 1
+
+
+def test_where_the_providers_can_be_imported_from():
+    """The project root as the provider's directory, on PYTHONPATH, or installed: importable.
+    An inline Automation API program (its work_dir unknown) needs PYTHONPATH."""
+    root, site = provider_home.PACKAGE_ROOT, ["/nonexistent/site-packages"]
+    elsewhere = Path("/tmp")
+    assert provider_home.home_problem(root, root, "", site) is None
+    assert provider_home.home_problem(root, elsewhere, f"/x{os.pathsep}{root}", site) is None
+    assert provider_home.home_problem(root, elsewhere, "", [str(root)]) is None
+    assert provider_home.home_problem(root, None, str(root), site) is None
+    assert "program's directory, /tmp" in provider_home.home_problem(root, elsewhere, "", site)
+    inline = provider_home.home_problem(root, None, "", site)
+    assert "inline under the Automation API" in inline and f"PYTHONPATH={root}" in inline
 
 
 # --- the same, without the process ---------------------------------------------------------
