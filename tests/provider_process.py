@@ -433,10 +433,15 @@ class Deployment:
 
 
 def unknown_variants(inputs: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(input, `inputs` with that one input unknown), for every input the program sets."""
-    for key in inputs:
-        if key != PROVIDER_KEY:
-            yield key, {**inputs, key: Unknown()}
+    """(path, `inputs` with the value at that path unknown), for every input the program sets
+    and every key of an object input (`access.service`: the SDK sends an object whose value is
+    an unknown output with that value unknown, the rest known)."""
+    for key, value in inputs.items():
+        if key == PROVIDER_KEY:
+            continue
+        yield key, {**inputs, key: Unknown()}
+        for inner in value if isinstance(value, dict) else ():
+            yield f"{key}.{inner}", {**inputs, key: {**value, inner: Unknown()}}
 
 
 def first_preview(registration: Registration) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import pytest
 from pulumi.output import Unknown
 
 from components import provider_home
+from components.unknowns import is_unknown
 from components.guards import BucketIdentityProvider, moves
 from components.ray import cluster_check, job_provider
 from components.ray.grpo_job import deterministic_id
@@ -245,26 +246,28 @@ def test_an_unchanged_up_only_checks_and_diffs(lifecycle, command):
 
 
 def test_a_preview_with_any_one_input_unknown_judges_nothing_and_says_what_may_replace(lifecycle):
-    """For every input of every provider, unknown as the process hands it over (an Unknown
-    object): no check raises or fails, a new resource's check keeps it unknown, and against
-    the deployed state the diff says it may change, replacing exactly when that input
-    replaces."""
+    """For every input of every provider, and every value of an object input, unknown as the
+    process hands it over (an Unknown object): no check raises or fails, a new resource's check
+    keeps it unknown, and against the deployed state the diff says it may change, replacing
+    exactly when that input replaces."""
     found = lifecycle.unknowns
     registered_keys = {(r.name, key) for r in lifecycle.registrations for key in r.inputs
                        if key != "__provider"}
-    assert {(name, key) for name, key, _ in found} == registered_keys
+    assert {(name, path.split(".")[0]) for name, path, _ in found} == registered_keys
+    assert (JOB, "access.service", "deployed") in found
     wrong = {}
-    for (name, key, kind), plan in found.items():
+    for (name, path, kind), plan in found.items():
+        key = path.split(".")[0]
         if isinstance(plan, ProviderError):
-            wrong[name, key, kind] = str(plan)[-300:]
+            wrong[name, path, kind] = str(plan)[-300:]
         elif plan.failures:
-            wrong[name, key, kind] = plan.failures
-        elif kind == "new" and not isinstance(plan.checked.get(key), Unknown):
-            wrong[name, key, kind] = f"check made it {plan.checked.get(key)!r}"
+            wrong[name, path, kind] = plan.failures
+        elif kind == "new" and not is_unknown(plan.checked.get(key)):
+            wrong[name, path, kind] = f"check made it {plan.checked.get(key)!r}"
         elif kind == "deployed":
             replaces = [key] if key in REPLACES[name] else []
             if plan.diff.changes != DIFF_SOME or list(plan.diff.replaces) != replaces:
-                wrong[name, key, kind] = (plan.diff.changes, list(plan.diff.replaces))
+                wrong[name, path, kind] = (plan.diff.changes, list(plan.diff.replaces))
     assert wrong == {}
 
 
