@@ -317,19 +317,10 @@ class Deployment:
                     news[key] = self.state[urn].id
         return news
 
-    def preview(self, registrations: list[Registration]) -> dict[str, Planned]:
-        """`pulumi preview`: Check, and Diff for what exists; nothing changes."""
-        planned = {}
-        with self.command("preview") as process:
-            for registration in registrations:
-                planned[registration.name] = self.plan(process, registration,
-                                                       self.mock_ids(registration))
-        return planned
-
     def plan(self, process: ProviderProcess, registration: Registration,
              news: dict[str, Any], new: bool = False) -> Planned:
-        """A preview's calls for one resource with inputs `news` (unknowns allowed); `new`
-        plans it as if it did not exist yet."""
+        """`pulumi preview`'s calls for one resource with inputs `news` (unknowns allowed):
+        Check, and Diff if it exists; `new` plans it as if it did not exist yet."""
         old = None if new else self.state.get(registration.urn)
         self.calls.append(("check", registration.name))
         checked, failures = process.check(registration.urn, old.inputs if old else {}, news,

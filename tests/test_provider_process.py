@@ -10,8 +10,8 @@ gloo ranks, is tests/test_cluster_check.py). The registered `access` is kept: th
 port-forwarded by tests/fakes/kubectl to the session's Ray head under the registered Service.
 
 One provider process per command, as the engine starts them. The commands run in order in one
-module fixture (a stack's life: preview, up, up, preview with unknowns, refresh, up, a re-check
-that replaces, destroy); each test asserts what one of them must have done.
+module fixture (a stack's life: up, up, a preview with unknowns, refresh, up, a re-check that
+replaces, destroy); each test asserts what one of them must have done.
 """
 
 from __future__ import annotations
@@ -141,12 +141,16 @@ def our_jobs(head) -> list[dict]:
             if (job.get("metadata") or {}).get("verl-gke-stack") == "a4"]
 
 
-def preview_each_unknown(deployment: Deployment, registrations: list[Registration]) -> dict:
+def preview_each_unknown(deployment: Deployment, registrations: list[Registration]) -> tuple:
     """One preview (one process) of a stack that holds, for each resource and each of its
     inputs, that resource with that one input unknown: once deployed (Check and Diff against
-    its state), once new (Check only)."""
+    its state), once new (Check only); and each resource as a stack's first preview sees it
+    (new, every input from another resource unknown). A new resource's Check receives no state
+    (olds are empty), so it needs no process of its own before the first `up`."""
     found: dict[tuple[str, str, str], Any] = {}
     with deployment.command("preview") as process:
+        first = {r.name: deployment.plan(process, r, first_preview(r), new=True)
+                 for r in registrations}
         for registration in registrations:
             for key, news in unknown_variants(deployment.mock_ids(registration)):
                 for kind in ("deployed", "new"):
@@ -155,7 +159,7 @@ def preview_each_unknown(deployment: Deployment, registrations: list[Registratio
                             process, registration, news, new=kind == "new")
                     except ProviderError as error:
                         found[registration.name, key, kind] = error
-    return found
+    return first, found
 
 
 @pytest.fixture(scope="module")
@@ -182,13 +186,10 @@ def lifecycle(registered, shared_ray_head, tmp_path_factory) -> Lifecycle:
     fed = stand_ins(registered)
     run = Lifecycle(deployment, fed)
 
-    run.planned["first preview"] = deployment.preview(
-        [r.but(**first_preview(r)) for r in fed])
-    run.record("first preview")
     run.record("up", deployment.up(fed))
     run.ray["up"] = our_jobs(shared_ray_head)
     run.record("up again", deployment.up(fed))
-    run.unknowns = preview_each_unknown(deployment, fed)
+    run.planned["first preview"], run.unknowns = preview_each_unknown(deployment, fed)
     run.record("preview with unknowns")
     deployment.refresh()
     run.record("refresh")
@@ -203,12 +204,12 @@ def lifecycle(registered, shared_ray_head, tmp_path_factory) -> Lifecycle:
 
 def test_a_first_preview_checks_every_resource_with_its_unknowns(lifecycle):
     """Nothing exists yet, so every input that comes from another resource is unknown: each
-    provider's check accepts them, keeps them unknown, and nothing else is called."""
+    provider's check accepts them and keeps them unknown; no diff, as nothing exists."""
     planned = lifecycle.planned["first preview"]
     assert list(planned) == NAMES
-    assert lifecycle.calls["first preview"] == [("check", name) for name in NAMES]
+    assert lifecycle.calls["preview with unknowns"][:4] == [("check", name) for name in NAMES]
     for name, plan in planned.items():
-        assert plan.failures == [], name
+        assert plan.failures == [] and plan.diff is None, name
     job = planned[JOB].checked
     assert all(isinstance(job[key], Unknown)
                for key in ("access", "checked", "staged", "checkpoint_uri", "model_uri"))
