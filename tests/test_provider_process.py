@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from pulumi.output import Unknown
 
 from components import provider_home
@@ -185,20 +186,25 @@ def lifecycle(registered, shared_ray_head, tmp_path_factory) -> Lifecycle:
     })
     fed = stand_ins(registered)
     run = Lifecycle(deployment, fed)
-
-    run.record("up", deployment.up(fed))
-    run.ray["up"] = our_jobs(shared_ray_head)
-    run.record("up again", deployment.up(fed))
-    run.planned["first preview"], run.unknowns = preview_each_unknown(deployment, fed)
-    run.record("preview with unknowns")
-    deployment.refresh()
-    run.record("refresh")
-    run.record("up after refresh", deployment.up(fed))
-    run.record("re-check", deployment.up(rechecked(registered)))
-    run.ray["re-check"] = our_jobs(shared_ray_head)
-    deployment.destroy()
-    run.record("destroy")
-    run.ray["destroy"] = our_jobs(shared_ray_head)
+    try:
+        run.record("up", deployment.up(fed))
+        run.ray["up"] = our_jobs(shared_ray_head)
+        run.record("up again", deployment.up(fed))
+        run.planned["first preview"], run.unknowns = preview_each_unknown(deployment, fed)
+        run.record("preview with unknowns")
+        deployment.refresh()
+        run.record("refresh")
+        run.record("up after refresh", deployment.up(fed))
+        run.record("re-check", deployment.up(rechecked(registered)))
+        run.ray["re-check"] = our_jobs(shared_ray_head)
+        deployment.destroy()
+        run.record("destroy")
+        run.ray["destroy"] = our_jobs(shared_ray_head)
+    finally:  # a failed command leaves no trainer running on the session's head
+        for job in our_jobs(shared_ray_head):
+            if job["status"] in ("PENDING", "RUNNING"):
+                requests.post(f"{shared_ray_head.dashboard_url}/api/jobs/"
+                              f"{job['submission_id']}/stop", timeout=10)
     return run
 
 
@@ -338,6 +344,7 @@ def test_from_another_directory_the_process_needs_pythonpath(registered, tmp_pat
     import them; with PYTHONPATH naming the project, as the registration's message says, it
     can."""
     identity = next(r for r in registered if r.name == IDENTITY)
+    # The virtualenv absolute, as a `main:` or a workspace elsewhere would have to name it.
     venv = str(ROOT / ".venv")
     with ProviderProcess(cwd=tmp_path, virtualenv=venv, log=tmp_path / "stderr") as process:
         with pytest.raises(ProviderError, match="No module named 'components'"):
