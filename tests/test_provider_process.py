@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import requests
+from pulumi.dynamic import Resource
 from pulumi.output import Unknown
 
 from components import provider_home
@@ -168,9 +169,17 @@ def registered() -> list[Registration]:
     from tests.conftest import rendered
 
     _, recording = rendered("a4", "standard")
-    found = [Registration.of(r) for r in recording.resources if r.type.startswith(DYNAMIC)]
-    assert [r.name for r in found] == NAMES, "a dynamic resource the harness does not drive"
-    return found
+    dynamic = [r for r in recording.resources if r.type.startswith(DYNAMIC)]
+    assert [r.name for r in dynamic] == NAMES, "a dynamic resource the harness does not drive"
+    # Every dynamic.Resource class of the program (all imported by the render) is among them.
+    classes = {f"pulumi-python:{cls._resource_type_name}" for cls in _subclasses(Resource)
+               if cls.__module__.startswith("components.")}
+    assert classes == {r.type for r in dynamic}
+    return [Registration.of(r) for r in dynamic]
+
+
+def _subclasses(cls: type) -> set[type]:
+    return {sub for direct in cls.__subclasses__() for sub in {direct, *_subclasses(direct)}}
 
 
 @pytest.fixture(scope="module")
