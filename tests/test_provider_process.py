@@ -300,8 +300,8 @@ def test_refresh_reads_the_running_job_and_hands_back_inputs_without_the_kubecon
 def test_a_recheck_deletes_the_job_before_the_check_and_creates_both_again(lifecycle):
     """A re-check replaces the ClusterCheck with delete before replace; the engine diffs the
     job with `checked` unknown, which replaces it, so the job is stopped before the old check
-    goes and the new one runs, then created again under its own id (it resumes). The guard's
-    `protected` change is an update."""
+    goes and the new one runs, then created again under its own id. The guard's `protected`
+    change is an update."""
     assert lifecycle.done["re-check"] == {IDENTITY: "same", CHECK: "replace", JOB: "replace",
                                           GUARD: "update"}
     assert lifecycle.calls["re-check"] == [
@@ -324,8 +324,7 @@ def test_a_recheck_deletes_the_job_before_the_check_and_creates_both_again(lifec
 
 def test_destroy_deletes_dependents_first_and_leaves_nothing_running(lifecycle):
     """Delete in reverse order, the guard first; the job is stopped and its record deleted,
-    the checks' records stay (finished measurements), and no kubectl the process group
-    started is left."""
+    the checks' records stay (finished measurements), and no port-forward is left running."""
     assert lifecycle.calls["destroy"] == [("delete", name) for name in reversed(NAMES)]
     assert lifecycle.deployment.state == {}
     left = {job["submission_id"]: job["status"] for job in lifecycle.ray["destroy"]}
