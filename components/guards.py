@@ -20,9 +20,10 @@ from typing import Any
 
 import pulumi
 import pulumi.dynamic as dynamic
-from pulumi.runtime import rpc
 
+from components import unknowns
 from components.messages import quoted
+from components.provider_home import check_home
 
 DELETION_PROTECTION_FIX = (
     "pulumi config set verl-gke:deletionProtection false && pulumi up && pulumi destroy"
@@ -69,7 +70,7 @@ def moves(olds: dict[str, Any], news: dict[str, Any]) -> list[tuple[str, str]]:
     found = []
     for field, key in BucketIdentityProvider.IMMUTABLE:
         old, new = olds.get(field), news.get(field)
-        if old == new or new == rpc.UNKNOWN:
+        if old == new or unknowns.is_unknown(new):  # a preview's unknown is not a move
             continue
         found.append((
             field,
@@ -86,12 +87,16 @@ def moves(olds: dict[str, Any], news: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 class BucketIdentity(dynamic.Resource, module="verl-gke", name="BucketIdentity"):
-    """The deployed bucket's identity; `check` refuses to change it (see the module doc)."""
+    """The deployed bucket's identity; `check` refuses to change it (see the module doc).
+
+    The program's first registration, so it first makes sure that the engine's provider
+    process can import the dynamic providers at all (components/provider_home.py)."""
 
     def __init__(
         self, name: str, bucket: str, location: str, project: str,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        check_home()
         props = {"record_id": bucket, "name": bucket, "location": location, "project": project}
         super().__init__(BucketIdentityProvider(), name, props, opts)
 

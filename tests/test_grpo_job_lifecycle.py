@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from pulumi.runtime import rpc
+from pulumi.output import Unknown
 
 from components.ray import grpo_job
 from components.ray.grpo_job import GrpoJobProvider
@@ -335,9 +335,11 @@ def test_refresh_reads_only_the_logs_tail_even_of_a_100_mb_log(ray_head, provide
 def test_a_restaging_is_a_replacement_the_engine_performs_first(provider):
     """When the staging Job is replaced (delete before replace), the engine asks the job's
     provider to diff with the inputs that depend on it unknown (calculateDependentReplacements);
-    the answer must be a delete-before-replace, so the run is stopped before staging runs."""
+    the answer must be a delete-before-replace, so the run is stopped before staging runs.
+    The unknown is what the provider process hands diff: a pulumi.output.Unknown object
+    (tests/provider_process.py drives the same through the real process)."""
     olds = inputs("http://127.0.0.1:1", "true", staged="staging-0123456789")
-    unknown = {**olds, "staged": rpc.UNKNOWN}
+    unknown = {**olds, "staged": Unknown()}
     diff = provider.diff(olds["submission_id"], olds, unknown)
     assert diff.replaces == ["staged"] and diff.delete_before_replace
     restaged = {**olds, "staged": "staging-abcdef0123"}
@@ -358,7 +360,7 @@ def test_restaging_stops_the_run_and_resubmits_it_after_staging_resuming(
     time.sleep(1.5)  # a few steps, a few checkpoints
 
     # Dependent replacement: diff with `staged` unknown, then delete before anything else.
-    unknown = {**news, "staged": rpc.UNKNOWN}
+    unknown = {**news, "staged": Unknown()}
     diff = provider.diff(engine.state.id, engine.state.outputs, unknown)
     assert diff.replaces == ["staged"]
     provider.delete(engine.state.id, engine.state.outputs)

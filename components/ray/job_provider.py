@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 import pulumi
 import pulumi.dynamic as dynamic
-from pulumi.runtime import rpc
 
+from components import unknowns
 from components.ray import export, protocol
 from components.ray.following import Progress, iso, log_tail, poll, short, tail_metrics
 from components.ray.kube import open_cluster
@@ -272,9 +272,10 @@ def _job_state(observed: dict[str, Any]) -> str:
 
 def _input_problems(news: dict[str, Any]) -> list[tuple[str, str]]:
     """What check reports; values still unknown (during a preview) are not judged."""
-    known = {key: value for key, value in news.items() if value != rpc.UNKNOWN}
+    known = unknowns.known(news)
     problems = [
-        (key, "is required") for key in ("submission_id", "entrypoint") if not news.get(key)
+        (key, "is required") for key in ("submission_id", "entrypoint")
+        if not news.get(key) and not unknowns.is_unknown(news.get(key))
     ]
     if "wait_for" in known and known["wait_for"] not in {w.value for w in WaitFor}:
         problems.append(("wait_for", f"is {known['wait_for']!r}: use "
