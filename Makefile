@@ -63,15 +63,18 @@ policy: venv policy-venv
 	$(POLICY_VENV)/bin/python -m tools.policy_check --plan build/$(STACK)$(if $(MODE),-$(MODE),)/plan.json $(if $(POLICY_CONFIG),--policy-pack-config $(POLICY_CONFIG),)
 
 ## What a change does, offline: make diff BASE=<git ref> [STACK=a4|a4-autopilot|...] (default: every stack)
+## What a config change does: make diff STACK=dev CONFIG_BASE=<file>|<git ref>:<file> [CONFIG=<file>]
+## (CONFIG defaults to Pulumi.<stack>.yaml; both planned by the work tree's program)
 diff: venv
-	$(PY) -m tools.plan_diff --base $(BASE) $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),)
+	$(PY) -m tools.plan_diff $(if $(CONFIG_BASE),--base-config $(CONFIG_BASE) $(if $(CONFIG),--head-config $(CONFIG),),--base $(BASE)) $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),)
 
-## The longest chain of waits of `pulumi up` to the first training step, with an estimate.
+## The longest chain of waits of `pulumi up` to the first training step, with an estimate:
+## make critical-path STACK=<any stack with a Pulumi.<stack>.yaml> [MODE=autopilot]
 critical-path: venv
 	$(PY) -m tools.critical_path --stack $(STACK) $(if $(MODE),--mode $(MODE),)
 
 ## Modelled step time and GPU-hours of a default run per stack and node count (an estimate):
-## make step-model [STACK=a4] [NODES="2 8 32"]
+## make step-model [STACK=a4|<any stack with a Pulumi.<stack>.yaml>] [NODES="2 8 32"]
 step-model: venv
 	$(PY) -m tools.step_model $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(NODES),--nodes $(NODES),)
 
@@ -90,10 +93,11 @@ curve: dev
 logs: venv
 	@$(PY) -m tools.logs --stack $(STACK)
 
-## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table):
-## make cost [PRICES=my-prices.json]
+## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table),
+## and one run (an estimate: set-up and training time x the price):
+## make cost [STACK=<any stack with a Pulumi.<stack>.yaml>] [PRICES=my-prices.json]
 cost: venv
-	@$(PY) -m tools.cost $(if $(PRICES),--prices $(PRICES),)
+	@$(PY) -m tools.cost $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(PRICES),--prices $(PRICES),)
 
 ## Run the whole test suite (CI calls this through .ci/run). Three workers on two cores: the
 ## real-Ray tests spend most of their time waiting for jobs, and the third worker fills it.

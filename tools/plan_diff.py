@@ -1,4 +1,5 @@
-"""What a change does, offline: `make diff BASE=<git ref> [STACK=a4|a4-autopilot|...]`.
+"""What a change does, offline: `make diff BASE=<git ref> [STACK=a4|a4-autopilot|...]`, or what
+a config change does: `make diff STACK=dev CONFIG_BASE=<file>|<git ref>:<file> [CONFIG=<file>]`.
 
 Renders the offline plan (tools/plan.py) of the base commit, each tree with its own program,
 and of the work tree (tools/render_plans.py; all at once, forked from one process that imported
@@ -16,6 +17,11 @@ pull-request comment):
   `delete_before_replace`);
 - changed Kubernetes manifests (manifests.yaml) as a unified diff;
 - changed stack outputs.
+
+A config change (`--base-config`): both plans are rendered by the work tree's program, the
+base from that stack file (a path, or `<git ref>:<path>` read with `git show`), the head from
+`--head-config` or the stack's own Pulumi.<stack>.yaml, and compared as above, so a reviewer of
+a new or edited stack file sees what it replaces rather than everything added.
 
 No cloud credentials: the same mock runtime as `make plan`. Exit 1 when the work tree's plan
 cannot be rendered; a base that cannot be rendered (or has no such stack) shows as all-added.
@@ -73,7 +79,7 @@ class Change:
     by_provider: bool = False  # decided by the resource's own dynamic provider's diff()
 
 
-def render_with_providers(stack: str, out: str, mode: str = "") -> int:
+def render_with_providers(stack: str, out: str, mode: str = "", config_file: str = "") -> int:
     """What `python -m tools.plan --stack <stack> --out <out> --quiet` writes (tools/plan.py
     write_plan), plus providers.json: each dynamic resource's pickled provider, which plan.json
     shows only as a placeholder. Exit 2 on a config error, as tools/plan.py does."""
@@ -81,7 +87,8 @@ def render_with_providers(stack: str, out: str, mode: str = "") -> int:
     from tools import plan
 
     try:
-        inputs, recording = plan.run_program(stack, mode or None)
+        inputs, recording = plan.run_program(
+            stack, mode or None, config_file=Path(config_file) if config_file else None)
     except (plan.StackFileError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -401,6 +408,43 @@ def diff_trees(base_tree: Path, head_tree: Path, stacks: list[str], scratch: Pat
     return "\n".join(lines), failed
 
 
+def config_at(spec: str, scratch: Path) -> tuple[Path, str]:
+    """The stack file `spec` names, and how to show it: a path that exists, else `<git ref>:<path>`
+    (the file at that commit, read with `git show` into `scratch`); a UsageError naming the
+    value and the fix for neither."""
+    from tools import plan
+
+    if Path(spec).is_file():
+        return Path(spec), spec
+    ref, colon, path = spec.partition(":")
+    if not colon or not ref or not path:
+        raise plan.StackFileError(
+            f"CONFIG_BASE={spec!r} (--base-config): no such file; pass a stack file's path "
+            "(e.g. Pulumi.dev.yaml.orig) or <git ref>:<path> (e.g. HEAD:Pulumi.dev.yaml)"
+        )
+    text = cli.git(["show", f"{ref}:{path}"], key="CONFIG_BASE", value=spec, cwd=ROOT)
+    copy = scratch / "base-config" / Path(path).name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(text)
+    return copy, spec
+
+
+def diff_configs(stack: str, base: Path, head: Path | None, scratch: Path,
+                 shown: tuple[str, str]) -> tuple[str, bool]:
+    """The Markdown report of one stack's two configs, both planned by the work tree's program,
+    and whether the head failed to render."""
+    name, _ = split_stack(stack)
+    base_render, head_render = render_all([
+        RenderRequest(ROOT, stack, scratch / "plans-base", config_file=base),
+        RenderRequest(ROOT, stack, scratch / "plans-head", providers=True, config_file=head),
+    ])
+    lines = ["## Offline plan diff of a config change", "",
+             f"Base config: `{shown[0]}`; head config: `{shown[1]}`; both planned by the work "
+             "tree's program.", ""]
+    lines += stack_report(stack, base_render, head_render)[0]
+    return "\n".join(lines), head_render.plan is None
+
+
 COMMENT_MARKER = "<!-- verl-gke: offline plan diff -->"
 COMMENT_LIMIT = 65536  # characters GitHub accepts in one comment body
 
@@ -419,20 +463,56 @@ def pr_comment(report: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, help="git ref of the base (e.g. origin/main)")
+    parser.add_argument("--base", help="git ref of the base (e.g. origin/main)")
+    parser.add_argument("--base-config",
+                        help="compare configs instead: the base stack file, a path or "
+                        "<git ref>:<path> (one --stack)")
+    parser.add_argument("--head-config", type=Path,
+                        help="the head stack file (default: the stack's Pulumi.<stack>.yaml)")
     stacks = all_stacks()
-    parser.add_argument("--stack", action="append", choices=stacks,
-                        help="a stack (repeatable); default: every Pulumi.<stack>.yaml, and each "
-                        "on Autopilot where its target runs there")
+    parser.add_argument("--stack", action="append",
+                        help="a stack (repeatable): any Pulumi.<stack>.yaml, `-autopilot` for its "
+                        "Autopilot variant; default: every Pulumi.<stack>.yaml, and each on "
+                        "Autopilot where its target runs there")
     parser.add_argument("--output", type=Path, help="also write the Markdown report here")
     parser.add_argument("--comment", type=Path,
                         help="also write it as a PR comment: a marker line first, cut to GitHub's limit")
     args = parser.parse_args(argv)
+    if args.base_config:
+        return _main_configs(args)
+    if not args.base:
+        parser.error("give --base <git ref> (BASE=), or --base-config <file> (CONFIG_BASE=) with one --stack")
+    from tools import plan
+
+    for stack in args.stack or ():
+        plan.stack_file(split_stack(stack)[0])  # StackFileError: names the file and the fix
     # A ref git cannot resolve is the user's to fix: say git's own reason, not a traceback.
     cli.git(["cat-file", "-e", f"{args.base}^{{commit}}"], key="BASE", value=args.base, cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
         base_tree = materialize(args.base, Path(scratch) / "base-tree")
         report, failed = diff_trees(base_tree, ROOT, args.stack or stacks, Path(scratch))
+    print(report)
+    if args.output:
+        args.output.write_text(report + "\n")
+    if args.comment:
+        args.comment.write_text(pr_comment(report))
+    return 1 if failed else 0
+
+
+def _main_configs(args: argparse.Namespace) -> int:
+    """`--base-config`: one stack's two configs, each stack file checked before any render."""
+    from tools import plan
+
+    if not args.stack or len(args.stack) != 1:
+        raise cli.UsageError("--base-config (CONFIG_BASE=) compares one stack: pass one --stack (STACK=)")
+    [stack] = args.stack
+    name, _ = split_stack(stack)
+    head = plan.stack_file(name, args.head_config)  # StackFileError: names the file and the fix
+    with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
+        base, shown = config_at(args.base_config, Path(scratch))
+        report, failed = diff_configs(
+            stack, base.resolve(), args.head_config.resolve() if args.head_config else None,
+            Path(scratch), (shown, str(args.head_config or head.name)))
     print(report)
     if args.output:
         args.output.write_text(report + "\n")
