@@ -1,8 +1,9 @@
 # Every target creates the virtual environment on first use, with what that target needs: the
-# program and the offline tools (requirements-tools.txt) for plan, diff, outputs, cost, logs and
-# critical-path; the policy pack's own venv (policy/requirements.txt) for policy; the test and
-# benchmark packages (requirements-dev.txt, torch among them) only for test, bench and curve. A fresh clone needs only Python 3.11, make, and (for the tests' workflow
-# linter) Node.js with npm.
+# program and the offline tools (requirements-tools.txt) for plan, plan-all, diff, outputs, cost,
+# logs, step-model and critical-path; those and matplotlib (requirements-curve.txt) for curve; the
+# policy pack's own venv (policy/requirements.txt) for policy; the test and benchmark packages
+# (requirements-dev.txt, torch among them) only for test and bench. A fresh clone needs only
+# Python 3.11, make, and (for the tests' workflow linter) Node.js with npm.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -27,6 +28,10 @@ $(PY):
 $(VENV)/.tools-installed: requirements.txt requirements-tools.txt | $(PY)
 	$(PIP) --no-compile -r requirements-tools.txt
 	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
+	touch $@
+
+$(VENV)/.curve-installed: $(VENV)/.tools-installed requirements-curve.txt
+	$(PIP) --no-compile -r requirements-curve.txt
 	touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.tools-installed requirements-dev.txt policy/requirements.txt
@@ -85,7 +90,7 @@ outputs: venv
 
 ## The training curve of a stack's job, to build/<stack>/curve.png: make curve STACK=a4
 ## (or from a saved log: make curve LOG=job.log)
-curve: dev
+curve: $(VENV)/.curve-installed
 	$(PY) -m tools.curve $(if $(LOG),--log $(LOG),--stack $(STACK)) --out build/$(if $(LOG),curve,$(STACK))/curve.png
 
 ## Follow a deployed stack's job log from the terminal, through the job provider's own access

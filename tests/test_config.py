@@ -348,3 +348,16 @@ def test_plan_refuses_to_run_without_what_the_cli_requires(tmp_path, monkeypatch
     (tmp_path / "Pulumi.bare.yaml").write_text("config:\n  verl-gke:target: a4\n")
     inputs = plan.stack_inputs("bare")  # region, zone, project: example values in plan mode
     assert inputs.config["verl-gke:gpuNodes"] == "0"  # declared defaults applied, as strings
+
+
+def test_the_near_miss_the_config_page_describes_is_what_the_program_says():
+    """docs/config.md says a flat `verl-gke:job.rollout_n` is not corrected silently but gets
+    the field that was meant and the command with it: the program's message holds both."""
+    page = (ROOT / "docs/config.md").read_text()
+    assert "`did you mean 'rolloutN'?`" in page
+    assert "`pulumi config set --path 'verl-gke:job.rolloutN' 8`" in page
+    with pytest.raises(ConfigError) as error:
+        config.load({**BASE, "verl-gke:job.rollout_n": "8"}, SECRET_KEYS)
+    [message] = error.value.problems
+    assert "did you mean 'rolloutN'?" in message
+    assert "pulumi config set --path 'verl-gke:job.rolloutN' 8" in message
