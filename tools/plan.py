@@ -33,9 +33,13 @@ from tools import cli, mockrun
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "verl-gke"
-# Where `Pulumi.<stack>.yaml` files are looked up (the project's directory, as the CLI does;
-# tests point it at a directory of their own stack files).
-STACK_DIR = ROOT
+# Where `Pulumi.<stack>.yaml` files are looked up: None for the project's directory (ROOT), as
+# the CLI does; tests point it at a directory of their own stack files.
+STACK_DIR: Path | None = None
+
+
+def _stack_dir() -> Path:
+    return STACK_DIR or ROOT
 
 # Example site facts for keys a stack file leaves unset (plan mode only). Obviously fake.
 EXAMPLE_VALUES: dict[str, str] = {
@@ -145,7 +149,7 @@ class MissingConfig(StackFileError):
 
 def known_stacks() -> list[str]:
     """The stacks of this directory: one per `Pulumi.<stack>.yaml`."""
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACK_DIR.glob("Pulumi.*.yaml"))
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in _stack_dir().glob("Pulumi.*.yaml"))
 
 
 def stack_file(stack: str, config_file: Path | None = None) -> Path:
@@ -157,7 +161,7 @@ def stack_file(stack: str, config_file: Path | None = None) -> Path:
                 "file such as Pulumi.a4.yaml"
             )
         return config_file
-    path = STACK_DIR / f"Pulumi.{stack}.yaml"
+    path = _stack_dir() / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise StackFileError(
             f"STACK={stack!r} (--stack): no stack file {path.name} here; the stacks are "
