@@ -216,3 +216,17 @@ def test_a_stack_file_that_does_not_exist_is_named_with_the_fix(tmp_path, monkey
     assert cost.main(["--stack", "nope"]) == 2
     err = capsys.readouterr().err
     assert "Pulumi.nope.yaml" in err and "pulumi stack init nope" in err and "Traceback" not in err
+
+
+def test_an_autopilot_stack_of_ones_own_is_costed_without_provisioning_modes(tmp_path, monkeypatch, capsys):
+    """A stack file with clusterMode autopilot has no GPU pool and no provisioning mode: it is
+    costed once (not refused for a spot or flex-start variant Autopilot cannot have), shown as
+    autopilot, its GPUs said not to be counted rather than counted as free."""
+    monkeypatch.setattr(plan, "STACK_DIR", tmp_path)
+    text = (ROOT / "Pulumi.a4.yaml").read_text()
+    (tmp_path / "Pulumi.team-ap.yaml").write_text(
+        text.replace("config:\n", "config:\n  verl-gke:clusterMode: autopilot\n", 1))
+    assert cost.main(["--stack", "team-ap"]) == 0
+    out = capsys.readouterr().out
+    assert "| team-ap | autopilot | 0 | 1 regional cluster |" in out
+    assert "no GPU node pool in the plan (Autopilot): not counted" in out

@@ -179,6 +179,8 @@ def stack_cost(stack: str, provisioning: Capacity | None = None) -> StackCost:
     inputs, recording = plan.run_program(stack, overrides=overrides)
     pools = sorted(pool_sizes(recording), key=lambda p: not p.gpu)
     chosen = inputs.config.get(f"{plan.project_name()}:provisioning", Capacity.RESERVATION.value)
+    if inputs.config.get(f"{plan.project_name()}:clusterMode") == "autopilot":
+        chosen = "autopilot"  # GKE provisions the GPU nodes: no pool, no provisioning mode
     return StackCost(stack, tuple(pools), len(recording.of_type(CLUSTER)), chosen,
                      run_time(stack, inputs, recording))
 
@@ -276,6 +278,9 @@ def mode_costs(stacks: Iterable[str] | None = None) -> tuple[StackCost, ...]:
     for stack in stacks or [t.value for t in Target]:
         target = Target(plan.stack_target(stack))
         default = stack_cost(stack)
+        if not default.gpus:  # Autopilot: no GPU pool, and no provisioning mode of its own
+            costs.append(default)
+            continue
         for mode in Capacity:
             if mode is Capacity.RESERVATION or not PROFILES[target].reservation_only:
                 costs.append(default if default.provisioning == mode.value else stack_cost(stack, mode))
