@@ -18,10 +18,8 @@ pull-request comment):
 - changed Kubernetes manifests (manifests.yaml) as a unified diff;
 - changed stack outputs.
 
-A config change (`--base-config`): both plans are rendered by the work tree's program, the
-base from that stack file (a path, or `<git ref>:<path>` read with `git show`), the head from
-`--head-config` or the stack's own Pulumi.<stack>.yaml, and compared as above, so a reviewer of
-a new or edited stack file sees what it replaces rather than everything added.
+A config change (`--base-config`, tools/config_diff.py): both plans rendered by the work
+tree's program, from two stack files of one stack, compared as above.
 
 No cloud credentials: the same mock runtime as `make plan`. Exit 1 when the work tree's plan
 cannot be rendered; a base that cannot be rendered (or has no such stack) shows as all-added.
@@ -408,43 +406,6 @@ def diff_trees(base_tree: Path, head_tree: Path, stacks: list[str], scratch: Pat
     return "\n".join(lines), failed
 
 
-def config_at(spec: str, scratch: Path) -> tuple[Path, str]:
-    """The stack file `spec` names, and how to show it: a path that exists, else `<git ref>:<path>`
-    (the file at that commit, read with `git show` into `scratch`); a UsageError naming the
-    value and the fix for neither."""
-    from tools import plan
-
-    if Path(spec).is_file():
-        return Path(spec), spec
-    ref, colon, path = spec.partition(":")
-    if not colon or not ref or not path:
-        raise plan.StackFileError(
-            f"CONFIG_BASE={spec!r} (--base-config): no such file; pass a stack file's path "
-            "(e.g. Pulumi.dev.yaml.orig) or <git ref>:<path> (e.g. HEAD:Pulumi.dev.yaml)"
-        )
-    text = cli.git(["show", f"{ref}:{path}"], key="CONFIG_BASE", value=spec, cwd=ROOT)
-    copy = scratch / "base-config" / Path(path).name
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_bytes(text)
-    return copy, spec
-
-
-def diff_configs(stack: str, base: Path, head: Path | None, scratch: Path,
-                 shown: tuple[str, str]) -> tuple[str, bool]:
-    """The Markdown report of one stack's two configs, both planned by the work tree's program,
-    and whether the head failed to render."""
-    name, _ = split_stack(stack)
-    base_render, head_render = render_all([
-        RenderRequest(ROOT, stack, scratch / "plans-base", config_file=base),
-        RenderRequest(ROOT, stack, scratch / "plans-head", providers=True, config_file=head),
-    ])
-    lines = ["## Offline plan diff of a config change", "",
-             f"Base config: `{shown[0]}`; head config: `{shown[1]}`; both planned by the work "
-             "tree's program.", ""]
-    lines += stack_report(stack, base_render, head_render)[0]
-    return "\n".join(lines), head_render.plan is None
-
-
 COMMENT_MARKER = "<!-- verl-gke: offline plan diff -->"
 COMMENT_LIMIT = 65536  # characters GitHub accepts in one comment body
 
@@ -479,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also write it as a PR comment: a marker line first, cut to GitHub's limit")
     args = parser.parse_args(argv)
     if args.base_config:
-        return _main_configs(args)
+        from tools import config_diff
+
+        return config_diff.main(args)
     if not args.base:
         parser.error("give --base <git ref> (BASE=), or --base-config <file> (CONFIG_BASE=) with one --stack")
     from tools import plan
@@ -491,28 +454,6 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
         base_tree = materialize(args.base, Path(scratch) / "base-tree")
         report, failed = diff_trees(base_tree, ROOT, args.stack or stacks, Path(scratch))
-    print(report)
-    if args.output:
-        args.output.write_text(report + "\n")
-    if args.comment:
-        args.comment.write_text(pr_comment(report))
-    return 1 if failed else 0
-
-
-def _main_configs(args: argparse.Namespace) -> int:
-    """`--base-config`: one stack's two configs, each stack file checked before any render."""
-    from tools import plan
-
-    if not args.stack or len(args.stack) != 1:
-        raise cli.UsageError("--base-config (CONFIG_BASE=) compares one stack: pass one --stack (STACK=)")
-    [stack] = args.stack
-    name, _ = split_stack(stack)
-    head = plan.stack_file(name, args.head_config)  # StackFileError: names the file and the fix
-    with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
-        base, shown = config_at(args.base_config, Path(scratch))
-        report, failed = diff_configs(
-            stack, base.resolve(), args.head_config.resolve() if args.head_config else None,
-            Path(scratch), (shown, str(args.head_config or head.name)))
     print(report)
     if args.output:
         args.output.write_text(report + "\n")
