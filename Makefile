@@ -1,8 +1,9 @@
 # Every target creates the virtual environment on first use, with what that target needs: the
-# program and the offline tools (requirements-tools.txt) for plan, diff, outputs, cost, logs and
-# critical-path; the policy pack's own venv (policy/requirements.txt) for policy; the test and
-# benchmark packages (requirements-dev.txt, torch among them) only for test, bench and curve. A fresh clone needs only Python 3.11, make, and (for the tests' workflow
-# linter) Node.js with npm.
+# program and the offline tools (requirements-tools.txt) for plan, plan-all, diff, outputs, cost,
+# logs, step-model and critical-path; those and matplotlib (requirements-curve.txt) for curve; the
+# policy pack's own venv (policy/requirements.txt) for policy; the test and benchmark packages
+# (requirements-dev.txt, torch among them) only for test and bench. A fresh clone needs only
+# Python 3.11, make, and (for the tests' workflow linter) Node.js with npm.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -27,6 +28,10 @@ $(PY):
 $(VENV)/.tools-installed: requirements.txt requirements-tools.txt | $(PY)
 	$(PIP) --no-compile -r requirements-tools.txt
 	$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null 2>&1 || true
+	touch $@
+
+$(VENV)/.curve-installed: $(VENV)/.tools-installed requirements-curve.txt
+	$(PIP) --no-compile -r requirements-curve.txt
 	touch $@
 
 $(VENV)/.dev-installed: $(VENV)/.tools-installed requirements-dev.txt policy/requirements.txt
@@ -63,15 +68,18 @@ policy: venv policy-venv
 	$(POLICY_VENV)/bin/python -m tools.policy_check --plan build/$(STACK)$(if $(MODE),-$(MODE),)/plan.json $(if $(POLICY_CONFIG),--policy-pack-config $(POLICY_CONFIG),)
 
 ## What a change does, offline: make diff BASE=<git ref> [STACK=a4|a4-autopilot|...] (default: every stack)
+## What a config change does: make diff STACK=dev CONFIG_BASE=<file>|<git ref>:<file> [CONFIG=<file>]
+## (CONFIG defaults to Pulumi.<stack>.yaml; both planned by the work tree's program)
 diff: venv
-	$(PY) -m tools.plan_diff --base $(BASE) $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),)
+	$(PY) -m tools.plan_diff $(if $(CONFIG_BASE),--base-config $(CONFIG_BASE) $(if $(CONFIG),--head-config $(CONFIG),),--base $(BASE)) $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),)
 
-## The longest chain of waits of `pulumi up` to the first training step, with an estimate.
+## The longest chain of waits of `pulumi up` to the first training step, with an estimate:
+## make critical-path STACK=<any stack with a Pulumi.<stack>.yaml> [MODE=autopilot]
 critical-path: venv
 	$(PY) -m tools.critical_path --stack $(STACK) $(if $(MODE),--mode $(MODE),)
 
 ## Modelled step time and GPU-hours of a default run per stack and node count (an estimate):
-## make step-model [STACK=a4] [NODES="2 8 32"]
+## make step-model [STACK=a4|<any stack with a Pulumi.<stack>.yaml>] [NODES="2 8 32"]
 step-model: venv
 	$(PY) -m tools.step_model $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(NODES),--nodes $(NODES),)
 
@@ -82,7 +90,7 @@ outputs: venv
 
 ## The training curve of a stack's job, to build/<stack>/curve.png: make curve STACK=a4
 ## (or from a saved log: make curve LOG=job.log)
-curve: dev
+curve: $(VENV)/.curve-installed
 	$(PY) -m tools.curve $(if $(LOG),--log $(LOG),--stack $(STACK)) --out build/$(if $(LOG),curve,$(STACK))/curve.png
 
 ## Follow a deployed stack's job log from the terminal, through the job provider's own access
@@ -90,10 +98,11 @@ curve: dev
 logs: venv
 	@$(PY) -m tools.logs --stack $(STACK)
 
-## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table):
-## make cost [PRICES=my-prices.json]
+## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table),
+## and one run (an estimate: set-up and training time x the price):
+## make cost [STACK=<any stack with a Pulumi.<stack>.yaml>] [PRICES=my-prices.json]
 cost: venv
-	@$(PY) -m tools.cost $(if $(PRICES),--prices $(PRICES),)
+	@$(PY) -m tools.cost $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(PRICES),--prices $(PRICES),)
 
 ## Run the whole test suite (CI calls this through .ci/run). Three workers on two cores: the
 ## real-Ray tests spend most of their time waiting for jobs, and the third worker fills it.

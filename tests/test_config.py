@@ -348,3 +348,65 @@ def test_plan_refuses_to_run_without_what_the_cli_requires(tmp_path, monkeypatch
     (tmp_path / "Pulumi.bare.yaml").write_text("config:\n  verl-gke:target: a4\n")
     inputs = plan.stack_inputs("bare")  # region, zone, project: example values in plan mode
     assert inputs.config["verl-gke:gpuNodes"] == "0"  # declared defaults applied, as strings
+
+
+def test_the_near_miss_the_config_page_describes_is_what_the_program_says():
+    """docs/config.md says a flat `verl-gke:job.rollout_n` is not corrected silently but gets
+    the field that was meant and the command with it: the program's message holds both."""
+    page = (ROOT / "docs/config.md").read_text()
+    assert "`did you mean 'rolloutN'?`" in page
+    assert "`pulumi config set --path 'verl-gke:job.rolloutN' 8`" in page
+    with pytest.raises(ConfigError) as error:
+        config.load({**BASE, "verl-gke:job.rollout_n": "8"}, SECRET_KEYS)
+    [message] = error.value.problems
+    assert "did you mean 'rolloutN'?" in message
+    assert "pulumi config set --path 'verl-gke:job.rolloutN' 8" in message
+
+
+def test_a_stack_file_with_four_kinds_of_mistake_gets_all_four_in_one_plan(tmp_path):
+    """One run of the plan lists every problem of a stack file: an unknown key (with the key
+    meant), a value invalid on its own, a misspelt `job` field (with the field meant), and a
+    check across keys (Autopilot with a reservation) on what did validate, together."""
+    stack_file = tmp_path / "Pulumi.mistakes.yaml"
+    stack_file.write_text(
+        "config:\n  verl-gke:target: a4\n  verl-gke:gpuNode: 4\n"
+        "  verl-gke:deletionProtection: maybe\n  verl-gke:clusterMode: autopilot\n"
+        "  verl-gke:reservation: my-reservation\n  verl-gke:job:\n    totalEpoch: 3\n"
+    )
+    with pytest.raises(ConfigError) as error:
+        plan.run_program("mistakes", config_file=stack_file)
+    problems = error.value.problems
+    assert len(problems) == 4, problems
+    unknown, invalid, field, across = problems
+    assert unknown.startswith("verl-gke:gpuNode is not a setting") and "`verl-gke:gpuNodes`" in unknown
+    assert invalid.startswith("verl-gke:deletionProtection = 'maybe' is invalid") and "use true or false" in invalid
+    assert field.startswith("verl-gke:job.totalEpoch = 3 is not a setting of verl-gke:job: did you mean totalEpochs?")
+    assert "`pulumi config set --path 'verl-gke:job.totalEpochs' 3`" in field
+    assert across.startswith("verl-gke:reservation / provisioning are set, but Autopilot")
+
+
+@pytest.mark.parametrize("job, meant", [
+    ({"rollout_n": 16}, "rolloutN"),  # verl's snake_case name: refused, not an alias
+    ({"trainbatchsize": 64}, "trainBatchSize"),
+    ({"totalEpoch": 3}, "totalEpochs"),
+])
+def test_a_misspelt_job_field_gets_the_field_that_was_meant(job, meant):
+    """A nested field the model does not have is refused with the camelCase field meant and the
+    commands that rename it; snake_case names are not accepted silently (the JSON Schema
+    refuses them too: tests/test_config_schema.py)."""
+    with pytest.raises(ConfigError) as error:
+        config.load({**BASE, "verl-gke:job": json.dumps(job)}, SECRET_KEYS)
+    [message] = error.value.problems
+    [(typed, value)] = job.items()
+    assert f"did you mean {meant}?" in message
+    assert f"`pulumi config rm --path 'verl-gke:job.{typed}'`" in message
+    assert f"`pulumi config set --path 'verl-gke:job.{meant}' {value}`" in message
+
+
+def test_a_plain_text_token_is_one_problem_not_two():
+    """A token stored in plain text is reported as such, and the checks across keys count it as
+    set (no second "hfToken is not set"), now that they run in the same pass."""
+    with pytest.raises(ConfigError) as error:
+        config.load(BASE, set())
+    [message] = error.value.problems
+    assert "stored in plain text" in message

@@ -67,6 +67,7 @@ def test_forms_the_program_accepts_validate(validator, values):
     ({"verl-gke:hfToken": "hf_plain"}, "hfToken"),  # a plain-text secret
     ({"verl-gke:target": "a5"}, "target"),
     ({"verl-gke:job": {"rolloutn": 8}}, "rolloutn"),
+    ({"verl-gke:job": {"rollout_n": 8}}, "rollout_n"),  # snake_case: no alias on either side
 ])
 def test_forms_the_program_refuses_are_flagged(validator, values, where):
     found = errors(validator, values)

@@ -9,6 +9,7 @@ import pytest
 
 from components.facts.hardware import PROFILES, Target
 from components.facts.prices import CLUSTER_FEE, LIST_PRICES
+from components.schema.run import GrpoRunConfig
 from tools import cost, mockrun, plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,3 +171,62 @@ def test_a_bad_prices_file_is_refused_with_the_key_and_the_fix(tmp_path, capsys,
     assert cost.main(["--stack", "a4", "--prices", str(prices)]) == 2
     err = capsys.readouterr().err
     assert message in err and str(prices) in err and "Traceback" not in err
+
+
+def _own_stack(directory: Path, name: str, extra: str = "") -> None:
+    """A stack file of the user's own (`Pulumi.<name>.yaml`), as `pulumi stack init` and
+    `pulumi config set` would write it: the a4x example's, with `extra` config lines."""
+    text = (ROOT / "Pulumi.a4x.yaml").read_text()
+    (directory / f"Pulumi.{name}.yaml").write_text(text.replace("config:\n", "config:\n" + extra, 1))
+
+
+def test_any_stack_file_is_costed_per_hour_and_per_run(tmp_path, monkeypatch, capsys):
+    """`make cost STACK=<own>` costs a stack file of the user's own (not only a4, a3u, a4x),
+    from its own config: 8 A4X nodes, not the target's default. One run's cost is the hourly
+    cost times set-up (the critical path of its plan) plus training (the step model of its own
+    job at its node count), at on-demand prices, and says that spot and flex-start have no
+    price source here."""
+    from tools import critical_path, step_model
+
+    monkeypatch.setattr(plan, "STACK_DIR", tmp_path)
+    _own_stack(tmp_path, "team-b", "  verl-gke:gpuNodes: 8\n")
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"a4x-highgpu-4g": 100}))
+    assert cost.main(["--stack", "team-b", "--prices", str(prices)]) == 0
+    out = capsys.readouterr().out
+    found = cost.stack_cost("team-b")
+    assert found.gpus == 8 * 4
+    run = found.run
+    assert run is not None and "ESTIMATE" in out
+    inputs, recording = plan.run_program("team-b")
+    assert run.setup_minutes == pytest.approx(critical_path.critical_path(recording)[-1].done_at, abs=0.05)
+    row = step_model.run_row(profile := PROFILES[Target.A4X], 8, GrpoRunConfig(), mnnvl=True)
+    assert run.gpu_hours == pytest.approx(row["gpu_hours"]) and profile.gpus_per_node == 4
+    hourly = 8 * 100 + LIST_PRICES["c2-standard-16"].usd_per_hour + 0.10
+    per_run = hourly * (run.setup_minutes / 60 + run.training_hours)
+    assert f"| team-b | reservation | {run.setup_minutes:g} |" in out
+    assert f"| ${per_run:,.2f} | no price source | no price source |" in out
+    assert "spot, flex-start: no price source in this repository" in out
+
+
+def test_a_stack_file_that_does_not_exist_is_named_with_the_fix(tmp_path, monkeypatch, capsys):
+    """`make cost STACK=nope` without Pulumi.nope.yaml: exit 2, the file named, and how to
+    create it; no traceback."""
+    monkeypatch.setattr(plan, "STACK_DIR", tmp_path)
+    assert cost.main(["--stack", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "Pulumi.nope.yaml" in err and "pulumi stack init nope" in err and "Traceback" not in err
+
+
+def test_an_autopilot_stack_of_ones_own_is_costed_without_provisioning_modes(tmp_path, monkeypatch, capsys):
+    """A stack file with clusterMode autopilot has no GPU pool and no provisioning mode: it is
+    costed once (not refused for a spot or flex-start variant Autopilot cannot have), shown as
+    autopilot, its GPUs said not to be counted rather than counted as free."""
+    monkeypatch.setattr(plan, "STACK_DIR", tmp_path)
+    text = (ROOT / "Pulumi.a4.yaml").read_text()
+    (tmp_path / "Pulumi.team-ap.yaml").write_text(
+        text.replace("config:\n", "config:\n  verl-gke:clusterMode: autopilot\n", 1))
+    assert cost.main(["--stack", "team-ap"]) == 0
+    out = capsys.readouterr().out
+    assert "| team-ap | autopilot | 0 | 1 regional cluster |" in out
+    assert "no GPU node pool in the plan (Autopilot): not counted" in out

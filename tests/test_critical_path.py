@@ -146,3 +146,21 @@ def test_the_report_names_the_path_and_the_estimate():
     # Staging is off the path, so its estimate is shown on its own, with its sources.
     assert f"staging is done after {staging.done_at:.0f} min" in text
     assert f"Staging, on its own branch: +{staging.duration.minutes:g} min, estimate:" in text
+
+
+def test_any_stack_file_has_a_critical_path_and_a_missing_one_is_named(tmp_path, monkeypatch, capsys):
+    """`make critical-path STACK=<own>` plans a stack file of the user's own; a stack without
+    a file exits 2 naming the file and the fix, without a traceback."""
+    from pathlib import Path
+
+    from tools import cli
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setattr(plan, "STACK_DIR", tmp_path)
+    (tmp_path / "Pulumi.team-b.yaml").write_text((root / "Pulumi.a4.yaml").read_text())
+    assert cli.run(critical_path.main, ["--stack", "team-b"]) == 0
+    out = capsys.readouterr().out
+    assert "Critical path of `pulumi up` for team-b" in out and "Estimate to the first training step" in out
+    assert cli.run(critical_path.main, ["--stack", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "Pulumi.nope.yaml" in err and "pulumi stack init nope" in err and "Traceback" not in err

@@ -337,3 +337,40 @@ def test_a_resource_renamed_with_an_alias_is_neither_deleted_nor_created():
     [change] = plan_diff.resource_changes([old], [new])
     assert change.kind == "engine" and change.fields == [
         ("options.aliases", None, [{"name": "deletion-protection"}], None)]
+
+
+def test_two_configs_of_one_stack_show_what_the_config_change_replaces(tmp_path, capsys):
+    """`make diff STACK=dev CONFIG_BASE=HEAD:Pulumi.a4.yaml CONFIG=<file>`: a stack file of the
+    user's own compared with a stack file at a git revision, both planned by the work tree's
+    program: 2 -> 4 nodes resizes the GPU pool and replaces the job and the check (their own
+    providers' diff), and nothing shows as created (not "81 to create")."""
+    head = tmp_path / "Pulumi.dev.yaml"
+    head.write_text((ROOT / "Pulumi.a4.yaml").read_text().replace("config:\n", "config:\n  verl-gke:gpuNodes: 4\n", 1))
+    argv = ["--stack", "dev", "--base-config", "HEAD:Pulumi.a4.yaml", "--head-config", str(head)]
+    assert plan_diff.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Base config: `HEAD:Pulumi.a4.yaml`" in out
+    assert "**3 to replace, 2 to update, 0 to create, 0 to delete**" in out
+    assert "- **~ update** `gcp:container/nodePool:NodePool` `gpu-pool`" in out
+    assert "  - `autoscaling.totalMaxNodeCount`: 2 → 4" in out
+    assert "`pulumi-python:dynamic/verl-gke:GrpoRun` `grpo-run` (delete first, then create)" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--stack", "a4", "--base-config", "no-such-file.yaml"], "CONFIG_BASE='no-such-file.yaml'"),
+        (["--stack", "a4", "--base-config", "no-such-ref-xyz:Pulumi.a4.yaml"], "git cannot use it"),
+        (["--stack", "a4", "--stack", "a3u", "--base-config", "HEAD:Pulumi.a4.yaml"], "pass one --stack"),
+        (["--stack", "nope", "--base", "HEAD"], "Pulumi.nope.yaml"),
+    ],
+)
+def test_a_config_or_stack_that_cannot_be_read_is_named_with_the_fix(argv, message, capsys):
+    """A base config that is neither a file nor <ref>:<path>, a ref git cannot resolve, two
+    stacks for one config, a stack without a file: exit 2 with the value and the fix, before
+    anything is rendered."""
+    from tools import cli
+
+    assert cli.run(plan_diff.main, argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

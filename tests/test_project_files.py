@@ -115,3 +115,104 @@ def test_tests_run_the_ray_release_the_clusters_run():
     ray = _pins("requirements-dev.txt")["ray"]
     assert ray in {profile.ray_version for profile in PROFILES.values()}
     assert "ray" not in _pins("requirements.txt") | _pins("requirements-tools.txt")
+
+
+# Targets that are steps of others (virtualenvs, Node tools) or housekeeping, not commands.
+INTERNAL_TARGETS = {"venv", "dev", "policy-venv", "node", "clean"}
+
+
+def _make_commands() -> set[str]:
+    """The Makefile's commands: its .PHONY targets but the internal ones."""
+    phony = re.search(r"^\.PHONY:(.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    return set(phony) - INTERNAL_TARGETS
+
+
+def test_the_command_lists_are_the_makefiles_commands():
+    """docs/ci.md's list of commands, and the README's (its two first commands and the
+    sentence that names the others), hold every command of the Makefile and no other: a new
+    target is listed where a user looks for it, a removed one is not promised."""
+    ci = (ROOT / "docs/ci.md").read_text()
+    block = re.search(r"## The offline commands\n\n```sh\n(.*?)```", ci, re.S).group(1)
+    listed = {line.split()[1] for line in block.splitlines() if line.startswith("make ")}
+    assert listed == _make_commands(), "docs/ci.md"
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Try it offline first")
+    section = readme[start:readme.index("\n## ", start + 1)]
+    assert set(re.findall(r"`?make ([a-z-]+)", section)) == _make_commands(), "README.md"
+
+
+def _imports_of(path: Path, seen: set[Path]) -> set[str]:
+    """Third-party top modules `path` imports, following this repository's own modules."""
+    if path in seen:
+        return set()
+    seen.add(path)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                 else [])
+        if isinstance(node, ast.ImportFrom) and node.module in ("tools", "components"):
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] in ("tools", "components"):
+                for candidate in (ROOT.joinpath(*parts).with_suffix(".py"), ROOT.joinpath(*parts, "__init__.py")):
+                    if candidate.exists():
+                        found |= _imports_of(candidate, seen)
+            elif parts[0] != "__future__" and parts[0] not in __import__("sys").stdlib_module_names:
+                found.add(parts[0])
+    return found
+
+
+def test_make_curve_needs_no_test_packages():
+    """`make curve` (a saved log, or a deployed stack's) installs requirements-curve.txt, not
+    the test packages (requirements-dev.txt: torch, Ray), and that file provides every
+    third-party module tools/curve.py imports, its own modules' imports followed; its
+    matplotlib is the one the tests plot with."""
+    makefile = (ROOT / "Makefile").read_text()
+    prerequisites = re.search(r"^curve:(.*)$", makefile, re.M).group(1).split()
+    assert prerequisites == ["$(VENV)/.curve-installed"]
+    recipe = re.search(r"^\$\(VENV\)/\.curve-installed:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert "-r requirements-curve.txt" in recipe and "requirements-dev" not in recipe
+    layers = ("requirements.txt", "requirements-tools.txt", "requirements-curve.txt")
+    assert "-r requirements-tools.txt" in (ROOT / "requirements-curve.txt").read_text()
+    provided = set().union(*(_distribution_modules(d) for layer in layers for d in _pins(layer)))
+    needed = _imports_of(ROOT / "tools/curve.py", set())
+    # omegaconf comes with hydra-core (its own dependency), which is pinned for it.
+    assert needed - provided <= {"omegaconf"}, needed - provided
+    assert "matplotlib" in needed
+    assert _pins("requirements-curve.txt")["matplotlib"] == _pins("requirements-dev.txt")["matplotlib"]
+
+
+def test_the_outputs_table_names_every_output_and_field_of_the_schema():
+    """docs/observability.md's outputs table has a row per output of
+    schemas/stack-outputs.schema.json, and an object output's row names each of its fields
+    (`attempts`, `lastFailure`, ... of `job`): the page a user reads is the contract."""
+    schema = json.loads((ROOT / "schemas/stack-outputs.schema.json").read_text())
+    page = (ROOT / "docs/observability.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \|[^|]*\|(.*)\|$", page, re.M)}
+    for name, spec in schema["properties"].items():
+        assert name in rows, f"docs/observability.md: no row for the output `{name}`"
+        missing = [f for f in spec.get("properties", {}) if f"`{f}`" not in rows[name]]
+        assert not missing, f"docs/observability.md: `{name}` does not name {missing}"
+
+
+# Files outside the repository that docs still cite, each owned by a change under way; the
+# list only shrinks (the test fails when an entry is no longer cited).
+CITED_OUTSIDE = {
+    ("docs/run-lifecycle.md", "KUBERAY-RAYJOB-REVIEW.md"),  # its review is docs/kuberay-rayjob.md
+    ("docs/design.md", "TRAINING-REVIEW.md"),
+    ("docs/cost.md", "TRAINING-REVIEW.md"),
+}
+
+
+def test_the_docs_cite_no_review_file_outside_the_repository():
+    """A review the docs cite by file name (`KUBERAY-RAYJOB-REVIEW.md`) is a file a reader of
+    the repository can open: what it says is kept in docs/ (docs/kuberay-rayjob.md), not in a
+    directory of the machine it was written on."""
+    found = set()
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for name in re.findall(r"[A-Z][A-Z0-9-]+\.md", page.read_text()):
+            if not any((ROOT / d / name).exists() for d in (".", "docs")) and name != "README.md":
+                found.add((str(page.relative_to(ROOT)), name))
+    assert found == CITED_OUTSIDE, found ^ CITED_OUTSIDE

@@ -66,3 +66,23 @@ def test_samples_per_gpu_stay_above_the_floor_as_the_cluster_grows():
     row = step_model.run_row(profile("a4"), 32, GrpoRunConfig(), False)
     s = row["settings"]
     assert s.train_batch * s.rollout_n // 256 >= 64
+
+
+def test_any_stack_file_is_modelled_on_its_target_and_a_missing_one_is_named(tmp_path, monkeypatch, capsys):
+    """`make step-model STACK=<own>` models a stack file of the user's own on the target it
+    sets (its rows are A4X's: 4 GPUs a node); a stack without a file exits 2 naming the file
+    and the fix, without a traceback."""
+    from pathlib import Path
+
+    from tools import cli, plan
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setattr(plan, "STACK_DIR", tmp_path)
+    (tmp_path / "Pulumi.team-b.yaml").write_text((root / "Pulumi.a4x.yaml").read_text())
+    assert cli.run(step_model.main, ["--stack", "team-b", "--nodes", "2"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("team-b")]
+    assert rows and all(int(row[2]) == int(row[1]) * 4 for row in rows)
+    assert any(row[3] == "no-mnnvl" for row in rows)  # an A4X-only row
+    assert cli.run(step_model.main, ["--stack", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "Pulumi.nope.yaml" in err and "pulumi stack init nope" in err and "Traceback" not in err

@@ -1,7 +1,7 @@
-"""What a default `pulumi up` of each stack costs per hour while it runs, and what still bills
-once its run has released the GPUs, at list prices.
+"""What a default `pulumi up` of each stack costs per hour while it runs, what one run costs
+(an estimate), and what still bills once its run has released the GPUs, at list prices.
 
-    python -m tools.cost [--stack a4 ...] [--prices my-prices.json]
+    python -m tools.cost [--stack a4|<any stack with a Pulumi.<stack>.yaml> ...] [--prices my-prices.json]
     python -m tools.cost --update-readme
 
 The node counts come from each stack's offline plan: its node pools' machine types, zones and
@@ -12,6 +12,12 @@ Cloud Billing Catalog. A machine type without a price is shown as such, never co
 The README's cost table and docs/cost.md (the table with its sources, and what still bills after
 a run per provisioning mode) are this tool's output for every stack at the committed prices
 (`--update-readme` rewrites them; tests/test_cost.py keeps them equal).
+
+The cost of one run (`run_table`, printed by `make cost`, an ESTIMATE): the stack's hourly cost
+(GPU pools at their ceiling, CPU pools at their floor) times the set-up time to the first
+training step (tools/critical_path.py's estimate of the stack's plan) plus the training time
+(tools/step_model.py's model of the stack's own job at its node count). Set-up is counted at the
+full hourly rate although the GPU nodes join part-way through it: an upper bound for set-up.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ class StackCost:
     pools: tuple[PoolSize, ...]  # GPU pools first
     clusters: int
     provisioning: str = Capacity.RESERVATION.value
+    run: "RunTime | None" = None  # how long one run takes, where it could be modelled
 
     @property
     def gpus(self) -> int:
@@ -101,6 +108,48 @@ class StackCost:
         return total, unpriced
 
 
+@dataclass(frozen=True)
+class RunTime:
+    """How long one run of a stack keeps its nodes, each figure with where it comes from."""
+
+    setup_minutes: float  # `pulumi up` to the first training step
+    setup_source: str
+    training_hours: float  # wall-clock hours of training
+    gpu_hours: float
+    training_source: str
+
+    @property
+    def hours(self) -> float:
+        return self.setup_minutes / 60 + self.training_hours
+
+
+def run_time(stack: str, inputs: plan.StackInputs, recording: mockrun.Recording) -> RunTime | None:
+    """Set-up (the critical path of the stack's plan) and training (the step model of the stack's
+    own job, target and node count); None where the step model refuses the job."""
+    from components.facts.hardware import Target as _Target
+    from components.schema import config as stack_config
+    from tools import critical_path, step_model
+
+    chain = critical_path.critical_path(recording)
+    config = stack_config.load(inputs.config, inputs.secret_keys, stack)
+    hw = config.hardware
+    # A4X's default runs FSDP over multi-node NVLink (step_model's "default" row).
+    row = step_model.run_row(hw, config.nodes, config.run, mnnvl=hw.target is _Target.A4X)
+    if "refused" in row:
+        return None
+    return RunTime(
+        setup_minutes=round(chain[-1].done_at, 1),
+        setup_source="tools/critical_path.py: the longest chain of waits of this stack's plan "
+        "to the first training step (`make critical-path`), most of its durations assumptions",
+        training_hours=row["hours"],
+        gpu_hours=row["gpu_hours"],
+        training_source=f"tools/step_model.py: {row['steps']} steps x {row['step']:.1f} s modelled "
+        f"on {config.nodes} x {hw.gpus_per_node} GPUs with this stack's job settings, "
+        "GSM8K's 7,473 prompts and the default model's shape (`make step-model`): datasheet "
+        "peaks times stated efficiencies, not a measurement",
+    )
+
+
 def pool_sizes(recording: mockrun.Recording) -> tuple[PoolSize, ...]:
     """Every node pool's machine type and node count range, as GKE would count them: per-zone
     bounds (min/max_node_count, node_count) times the pool's zones, totals as they are."""
@@ -130,7 +179,10 @@ def stack_cost(stack: str, provisioning: Capacity | None = None) -> StackCost:
     inputs, recording = plan.run_program(stack, overrides=overrides)
     pools = sorted(pool_sizes(recording), key=lambda p: not p.gpu)
     chosen = inputs.config.get(f"{plan.project_name()}:provisioning", Capacity.RESERVATION.value)
-    return StackCost(stack, tuple(pools), len(recording.of_type(CLUSTER)), chosen)
+    if inputs.config.get(f"{plan.project_name()}:clusterMode") == "autopilot":
+        chosen = "autopilot"  # GKE provisions the GPU nodes: no pool, no provisioning mode
+    return StackCost(stack, tuple(pools), len(recording.of_type(CLUSTER)), chosen,
+                     run_time(stack, inputs, recording))
 
 
 def list_prices() -> dict[str, float | None]:
@@ -220,18 +272,65 @@ def release_table(costs: Iterable[StackCost], prices: dict[str, float | None]) -
 
 
 def mode_costs(stacks: Iterable[str] | None = None) -> tuple[StackCost, ...]:
-    """Each stack's default run (every stack's by default) under each provisioning mode its
-    target is offered in."""
-    chosen = set(stacks or (t.value for t in Target))
+    """Each stack's default run (every target's stack by default) under each provisioning mode
+    its target (the stack file's `verl-gke:target`) is offered in."""
     costs = []
-    for target in Target:
-        if target.value not in chosen:
+    for stack in stacks or [t.value for t in Target]:
+        target = Target(plan.stack_target(stack))
+        default = stack_cost(stack)
+        if not default.gpus:  # Autopilot: no GPU pool, and no provisioning mode of its own
+            costs.append(default)
             continue
-        default = stack_cost(target.value)
         for mode in Capacity:
             if mode is Capacity.RESERVATION or not PROFILES[target].reservation_only:
-                costs.append(default if default.provisioning == mode.value else stack_cost(target.value, mode))
+                costs.append(default if default.provisioning == mode.value else stack_cost(stack, mode))
     return tuple(costs)
+
+
+# Where a price for each provisioning mode comes from: components/facts/prices.py has on-demand
+# list prices only (NOT_INCLUDED: "Spot or flex-start prices"), so those columns say so.
+NO_DISCOUNT_SOURCE = "no price source in this repository (components/facts/prices.py has on-demand list prices only)"
+
+
+def run_table(costs: Iterable[StackCost], prices: dict[str, float | None]) -> str:
+    """ESTIMATE of one run per stack: its hourly cost (GPU pools at their ceiling, CPU pools at
+    their floor) over set-up plus training, at on-demand prices; spot and flex-start say that
+    no price source exists here."""
+    lines = [
+        "| stack | provisioning | set-up, min | training, h | GPU-hours | per run, on-demand "
+        "| per run, spot | per run, flex-start |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    notes: list[str] = []
+    for cost in costs:
+        run = cost.run
+        if run is None:
+            lines.append(f"| {cost.stack} | {cost.provisioning} | | | | the step model refuses this "
+                         "job (`make step-model`) | | |")
+            continue
+        if not cost.gpus:
+            on_demand = "no GPU node pool in the plan (Autopilot): not counted"
+        else:
+            total, unpriced = cost.hourly(prices, at_most=False)
+            on_demand = _priced(total * run.hours, [(n, f"{m} for {run.hours:.1f} h") for n, m in unpriced])
+        lines.append(
+            f"| {cost.stack} | {cost.provisioning} | {run.setup_minutes:g} | {run.training_hours:.1f} "
+            f"| {run.gpu_hours:.0f} | {on_demand} | no price source | no price source |"
+        )
+        for note in (run.setup_source, run.training_source):
+            if note not in notes:
+                notes.append(note)
+    lines += [
+        "",
+        "ESTIMATE, not a quote: per run = the hourly cost above (GPU pools at their ceiling, CPU "
+        "pools at their floor, the cluster fee) x (set-up + training). Set-up is counted at the "
+        "full rate although the GPU nodes join part-way: an upper bound for it.",
+        "Sources:",
+        *[f"- set-up: {n}" if n.startswith("tools/critical") else f"- training: {n}" for n in notes],
+        "- prices: on-demand list prices, as listed above.",
+        f"- spot, flex-start: {NO_DISCOUNT_SOURCE}.",
+    ]
+    return "\n".join(lines)
 
 
 def sources(prices: dict[str, float | None], given: Iterable[str] = ()) -> str:
@@ -302,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     from components.schema.config import ConfigError
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stack", action="append", choices=[t.value for t in Target])
+    parser.add_argument("--stack", action="append",
+                        help="a stack (repeatable): any Pulumi.<stack>.yaml; default: a4, a3u, a4x")
     parser.add_argument("--prices", type=Path, help="JSON file of item -> USD per hour")
     parser.add_argument("--update-readme", action="store_true",
                         help="rewrite the cost tables of README.md and docs/cost.md (every stack, committed prices)")
@@ -323,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     prices.update(given)
     print(report(costs, prices, given))
+    print("\nWhat one run costs (an ESTIMATE):\n")
+    print(run_table(costs, prices))
     print("\nWhat still bills once a finished run has released the GPUs:\n")
     print(release_table(modes, prices))
     return 0

@@ -33,6 +33,13 @@ from tools import cli, mockrun
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "verl-gke"
+# Where `Pulumi.<stack>.yaml` files are looked up: None for the project's directory (ROOT), as
+# the CLI does; tests point it at a directory of their own stack files.
+STACK_DIR: Path | None = None
+
+
+def _stack_dir() -> Path:
+    return STACK_DIR or ROOT
 
 # Example site facts for keys a stack file leaves unset (plan mode only). Obviously fake.
 EXAMPLE_VALUES: dict[str, str] = {
@@ -142,7 +149,7 @@ class MissingConfig(StackFileError):
 
 def known_stacks() -> list[str]:
     """The stacks of this directory: one per `Pulumi.<stack>.yaml`."""
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in _stack_dir().glob("Pulumi.*.yaml"))
 
 
 def stack_file(stack: str, config_file: Path | None = None) -> Path:
@@ -154,7 +161,7 @@ def stack_file(stack: str, config_file: Path | None = None) -> Path:
                 "file such as Pulumi.a4.yaml"
             )
         return config_file
-    path = ROOT / f"Pulumi.{stack}.yaml"
+    path = _stack_dir() / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise StackFileError(
             f"STACK={stack!r} (--stack): no stack file {path.name} here; the stacks are "
@@ -163,6 +170,24 @@ def stack_file(stack: str, config_file: Path | None = None) -> Path:
             f"`pulumi config set verl-gke:target a4` (or a3u, a4x)"
         )
     return path
+
+
+def stack_target(stack: str, config_file: Path | None = None) -> str:
+    """The `verl-gke:target` of any stack's file (`Pulumi.<stack>.yaml`, or `config_file`), as
+    the tools that model a stack without running the program need it; StackFileError for a
+    stack file that does not exist or sets no known target, naming the file and the fix."""
+    from components.facts.hardware import PROFILES
+
+    path = stack_file(stack, config_file)
+    key = f"{NAMESPACE}:target"
+    target = _config_section(path, read_yaml_file(path)).get(key)
+    known = sorted(t.value for t in PROFILES)
+    if target not in known:
+        raise StackFileError(
+            f"{path.name}: {key} is {quoted(target) if target is not None else 'not set'}: set it "
+            f"with `pulumi config set {key} a4 --stack {stack}` (one of {', '.join(known)})"
+        )
+    return target
 
 
 def _refuse_environments(path: Path, document: dict[str, Any]) -> None:

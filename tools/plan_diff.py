@@ -1,4 +1,5 @@
-"""What a change does, offline: `make diff BASE=<git ref> [STACK=a4|a4-autopilot|...]`.
+"""What a change does, offline: `make diff BASE=<git ref> [STACK=a4|a4-autopilot|...]`, or what
+a config change does: `make diff STACK=dev CONFIG_BASE=<file>|<git ref>:<file> [CONFIG=<file>]`.
 
 Renders the offline plan (tools/plan.py) of the base commit, each tree with its own program,
 and of the work tree (tools/render_plans.py; all at once, forked from one process that imported
@@ -16,6 +17,9 @@ pull-request comment):
   `delete_before_replace`);
 - changed Kubernetes manifests (manifests.yaml) as a unified diff;
 - changed stack outputs.
+
+A config change (`--base-config`, tools/config_diff.py): both plans rendered by the work
+tree's program, from two stack files of one stack, compared as above.
 
 No cloud credentials: the same mock runtime as `make plan`. Exit 1 when the work tree's plan
 cannot be rendered; a base that cannot be rendered (or has no such stack) shows as all-added.
@@ -73,7 +77,7 @@ class Change:
     by_provider: bool = False  # decided by the resource's own dynamic provider's diff()
 
 
-def render_with_providers(stack: str, out: str, mode: str = "") -> int:
+def render_with_providers(stack: str, out: str, mode: str = "", config_file: str = "") -> int:
     """What `python -m tools.plan --stack <stack> --out <out> --quiet` writes (tools/plan.py
     write_plan), plus providers.json: each dynamic resource's pickled provider, which plan.json
     shows only as a placeholder. Exit 2 on a config error, as tools/plan.py does."""
@@ -81,7 +85,8 @@ def render_with_providers(stack: str, out: str, mode: str = "") -> int:
     from tools import plan
 
     try:
-        inputs, recording = plan.run_program(stack, mode or None)
+        inputs, recording = plan.run_program(
+            stack, mode or None, config_file=Path(config_file) if config_file else None)
     except (plan.StackFileError, ConfigError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -419,15 +424,31 @@ def pr_comment(report: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, help="git ref of the base (e.g. origin/main)")
+    parser.add_argument("--base", help="git ref of the base (e.g. origin/main)")
+    parser.add_argument("--base-config",
+                        help="compare configs instead: the base stack file, a path or "
+                        "<git ref>:<path> (one --stack)")
+    parser.add_argument("--head-config", type=Path,
+                        help="the head stack file (default: the stack's Pulumi.<stack>.yaml)")
     stacks = all_stacks()
-    parser.add_argument("--stack", action="append", choices=stacks,
-                        help="a stack (repeatable); default: every Pulumi.<stack>.yaml, and each "
-                        "on Autopilot where its target runs there")
+    parser.add_argument("--stack", action="append",
+                        help="a stack (repeatable): any Pulumi.<stack>.yaml, `-autopilot` for its "
+                        "Autopilot variant; default: every Pulumi.<stack>.yaml, and each on "
+                        "Autopilot where its target runs there")
     parser.add_argument("--output", type=Path, help="also write the Markdown report here")
     parser.add_argument("--comment", type=Path,
                         help="also write it as a PR comment: a marker line first, cut to GitHub's limit")
     args = parser.parse_args(argv)
+    if args.base_config:
+        from tools import config_diff
+
+        return config_diff.main(args)
+    if not args.base:
+        parser.error("give --base <git ref> (BASE=), or --base-config <file> (CONFIG_BASE=) with one --stack")
+    from tools import plan
+
+    for stack in args.stack or ():
+        plan.stack_file(split_stack(stack)[0])  # StackFileError: names the file and the fix
     # A ref git cannot resolve is the user's to fix: say git's own reason, not a traceback.
     cli.git(["cat-file", "-e", f"{args.base}^{{commit}}"], key="BASE", value=args.base, cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:

@@ -55,19 +55,23 @@ class RenderRequest:
     stack: str
     out: Path
     providers: bool = False
+    config_file: Path | None = None  # a stack file read in place of Pulumi.<stack>.yaml
 
     def plain(self) -> render_fork.Command:
         """The tree's own `python -m tools.plan`."""
         name, mode = split_stack(self.stack)
         argv = ("-m", "tools.plan", "--stack", name, "--out", str(self.out), "--quiet")
-        return render_fork.Command(argv + (("--mode", mode) if mode else ()), self.tree)
+        argv += ("--mode", mode) if mode else ()
+        argv += ("--config-file", str(self.config_file)) if self.config_file else ()
+        return render_fork.Command(argv, self.tree)
 
     def own(self) -> render_fork.Command:
         """The tree's tools/plan_diff.py `render_with_providers`."""
         name, mode = split_stack(self.stack)
         code = ("import sys; from tools import plan_diff; "
                 "sys.exit(plan_diff.render_with_providers(*sys.argv[1:]))")
-        return render_fork.Command(("-c", code, name, str(self.out), mode or ""), self.tree)
+        config = (str(self.config_file),) if self.config_file else ()
+        return render_fork.Command(("-c", code, name, str(self.out), mode or "", *config), self.tree)
 
 
 def render_all(requests: list[RenderRequest]) -> list[Rendered]:

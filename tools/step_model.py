@@ -1,6 +1,6 @@
 """A step-time and GPU-hour model of a default GRPO run, per stack and node count: an ESTIMATE.
 
-    python -m tools.step_model [--stack a4] [--nodes 2 8 32]
+    python -m tools.step_model [--stack a4|<any stack with a Pulumi.<stack>.yaml>] [--nodes 2 8 32]
 
 For each stack and node count it prints two rows: the tutorial's settings (as the tutorial
 gives them for its own cluster, refused where verl would refuse them) and this program's
@@ -184,7 +184,10 @@ def counts(hw: HardwareProfile, wanted: tuple[int, ...]) -> list[int]:
     return sorted(found)
 
 
-def report(stacks: list[str], nodes: tuple[int, ...]) -> str:
+def report(stacks: list[str], nodes: tuple[int, ...], targets: dict[str, str] | None = None) -> str:
+    """The table for `stacks`, each modelled on its target (`targets`: stack -> the target its
+    file sets; a stack without an entry is a target's name)."""
+    targets = targets or {}
     lines = [
         "ESTIMATE - a model from datasheet peaks, stated efficiencies and verl's pass counts,",
         f"not a measurement (tools/step_model.py says where each figure comes from). Model: "
@@ -195,7 +198,7 @@ def report(stacks: list[str], nodes: tuple[int, ...]) -> str:
         f"{'ckpt':>5} {'step s':>7} {'steps':>5} {'GPU-h':>7}",
     ]
     for stack in stacks:
-        hw = profile(stack)
+        hw = profile(targets.get(stack, stack))
         for n in counts(hw, nodes):
             variants = [("tutorial", tutorial(hw.target), False),
                         ("default", GrpoRunConfig(), hw.target is Target.A4X)]
@@ -227,13 +230,23 @@ def report(stacks: list[str], nodes: tuple[int, ...]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tools import plan
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stack", action="append", choices=[t.value for t in PROFILES])
+    parser.add_argument("--stack", action="append",
+                        help="a stack (repeatable): any Pulumi.<stack>.yaml, modelled on its "
+                        "verl-gke:target; default: every target")
     parser.add_argument("--nodes", type=int, nargs="+", default=list(NODE_COUNTS))
     args = parser.parse_args(argv)
-    print(report(args.stack or [t.value for t in PROFILES], tuple(args.nodes)))
+    stacks = args.stack or [t.value for t in PROFILES]
+    # A stack file of the user's own (`dev`) is read for its target; StackFileError (exit 2,
+    # tools/cli.py) names a file that does not exist and the fix.
+    targets = {stack: plan.stack_target(stack) for stack in args.stack or ()}
+    print(report(stacks, tuple(args.nodes), targets))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tools import cli
+
+    sys.exit(cli.run(main))

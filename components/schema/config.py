@@ -6,7 +6,8 @@ the Hugging Face token); the hardware facts come from `hardware.PROFILES` throug
 bad value and the fix, and the program stops with a `ConfigError` (a `pulumi.RunError`, so the
 CLI prints the messages without a traceback). By concern:
 - config_checks.py: the checks that span keys, or a key and the hardware profile
-  (`cross_field_problems`, which `load` runs once every key is valid on its own);
+  (`cross_field_problems`, which `load` runs in the same pass, on what did validate: a key that
+  is invalid on its own is reported and left at its default for them);
 - here: the model (`StackConfig`), its keys, reading them (`load`, `from_pulumi`), the fix for a
   key that is invalid on its own, and the trackers' credentials as env vars (`tracker_env`).
 """
@@ -306,6 +307,7 @@ def load(
                 f"{full_key} is stored in plain text: remove it with `pulumi config rm "
                 f"{full_key}` and set it again with `pulumi config set --secret {full_key} <value>`"
             )
+            values[key] = value  # set, only stored wrongly: the checks across keys count it
         else:
             values[key] = _parse(key, value)
     problems += pulumi_forms.provider_twin_problems(raw, values)
@@ -314,16 +316,53 @@ def load(
             "gcp:project is not set: run `pulumi config set gcp:project <your-project-id>` "
             "(`gcloud config get project` prints yours)"
         )
-    if problems:
-        raise ConfigError(problems)
+    # Every problem at once: the fields that are invalid on their own, then the checks across
+    # keys on what did validate (each invalid field left at its default).
+    checked = {"project": PLACEHOLDER_PROJECT, **values}
     try:
-        config = StackConfig.model_validate(values)
+        config = _validate(checked)
     except ValidationError as error:
-        raise ConfigError([_describe(e, values) for e in error.errors()]) from None
-    problems = cross_field_problems(config)
+        problems += [_describe(e, checked) for e in error.errors()]
+        config = _what_validates(checked, error)
+    if config is not None:
+        problems += cross_field_problems(config)
     if problems:
         raise ConfigError(problems)
     return config
+
+
+# Stands in for an unset gcp:project (itself reported) while the other keys are checked.
+PLACEHOLDER_PROJECT = "unset-project"
+
+
+def _validate(values: Mapping[str, Any]) -> StackConfig:
+    """The model of `values`, every field by the name the user types (camelCase) only: the
+    snake_case field names are refused, as the stack file's JSON Schema refuses them, with the
+    name that was meant (`_describe`)."""
+    return StackConfig.model_validate(values, by_alias=True, by_name=False)
+
+
+def _what_validates(values: Mapping[str, Any], error: ValidationError) -> StackConfig | None:
+    """The config without the fields `error` found invalid (each at its default), for the
+    checks across keys; None where that is not possible (a required key is missing)."""
+    kept = json.loads(json.dumps(values, default=str))
+    for _ in range(3):  # a field left out can, rarely, leave another one invalid
+        for problem in error.errors():
+            if problem["type"] == "missing" or not problem["loc"]:
+                return None
+            parent, key, current = None, None, kept
+            for part in problem["loc"]:
+                if not isinstance(current, dict) or part not in current:
+                    break
+                parent, key, current = current, part, current[part]
+            if parent is None:
+                return None
+            parent.pop(key, None)
+        try:
+            return _validate(kept)
+        except ValidationError as again:
+            error = again
+    return None
 
 
 def from_pulumi() -> StackConfig:
@@ -394,5 +433,36 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
         # Pulumi.yaml's description of an object cannot list its fields: the docs and the schema do.
         fix = f"see {NAMESPACE}:{top} in docs/config.md (or {CONFIG_SCHEMA_PATH})"
     if top in OBJECT_KEYS and error["type"] == "extra_forbidden":
+        meant = _meant_field(path)
+        if meant:
+            parent = f"{NAMESPACE}:{'.'.join(path[:-1])}"
+            value = error.get("input")
+            typed = json.dumps(value) if isinstance(value, (int, float, bool)) else "<value>"
+            return (
+                f"{key} = {shown} is not a setting of {parent}: did you mean {meant}? Rename it: "
+                f"`pulumi config rm --path '{key}'` and `pulumi config set --path "
+                f"'{parent}.{meant}' {typed}` (in the stack file: `{meant}:` under `{parent}:`)"
+            )
         fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in docs/config.md (and {CONFIG_SCHEMA_PATH})"
     return f"{key} = {shown} is invalid ({error['msg']}): {fix}"
+
+
+def _meant_field(path: list[str]) -> str | None:
+    """The field a misspelt nested key meant: its camelCase form (`rollout_n` -> rolloutN), or
+    the closest name of its object's fields (`totalEpoch` -> totalEpochs)."""
+    model: Any = StackConfig
+    for part in path[:-1]:
+        fields = {(f.alias or n): f for n, f in model.model_fields.items()}
+        annotation = fields[part].annotation if part in fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    names_ = [f.alias or n for n, f in model.model_fields.items()]
+    typed = path[-1]
+    if to_camel(typed) in names_:
+        return to_camel(typed)
+    lowered = {n.lower(): n for n in names_}
+    if typed.lower() in lowered:
+        return lowered[typed.lower()]
+    close = difflib.get_close_matches(typed, names_, n=1, cutoff=0.75)
+    return close[0] if close else None

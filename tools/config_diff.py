@@ -1,0 +1,79 @@
+"""`make diff STACK=<stack> CONFIG_BASE=<file>|<git ref>:<file> [CONFIG=<file>]`: what a config
+change of one stack does (tools/plan_diff.py's report, `--base-config`).
+
+Both plans are rendered by the work tree's program (tools/render_plans.py), the base from the
+stack file CONFIG_BASE names (a path, or the file at a commit, read with `git show`), the head from
+CONFIG or the stack's own Pulumi.<stack>.yaml, and compared as tools/plan_diff.py compares two
+commits' plans: a reviewer of a config change sees what it replaces, not every resource created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from tools import cli
+from tools.plan_diff import ROOT, pr_comment, stack_report
+from tools.render_plans import RenderRequest, render_all, split_stack
+
+
+def config_at(spec: str, scratch: Path) -> tuple[Path, str]:
+    """The stack file `spec` names, and how to show it: a path that exists, else `<git ref>:<path>`
+    (the file at that commit, read with `git show` into `scratch`); a UsageError naming the
+    value and the fix for neither."""
+    from tools import plan
+
+    if Path(spec).is_file():
+        return Path(spec), spec
+    ref, colon, path = spec.partition(":")
+    if not colon or not ref or not path:
+        raise plan.StackFileError(
+            f"CONFIG_BASE={spec!r} (--base-config): no such file; pass a stack file's path "
+            "(e.g. Pulumi.dev.yaml.orig) or <git ref>:<path> (e.g. HEAD:Pulumi.dev.yaml)"
+        )
+    text = cli.git(["show", f"{ref}:{path}"], key="CONFIG_BASE", value=spec, cwd=ROOT)
+    copy = scratch / "base-config" / Path(path).name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(text)
+    return copy, spec
+
+
+def diff_configs(stack: str, base: Path, head: Path | None, scratch: Path,
+                 shown: tuple[str, str]) -> tuple[str, bool]:
+    """The Markdown report of one stack's two configs, both planned by the work tree's program,
+    and whether the head failed to render."""
+    base_render, head_render = render_all([
+        RenderRequest(ROOT, stack, scratch / "plans-base", config_file=base),
+        RenderRequest(ROOT, stack, scratch / "plans-head", providers=True, config_file=head),
+    ])
+    lines = ["## Offline plan diff of a config change", "",
+             f"Base config: `{shown[0]}`; head config: `{shown[1]}`; both planned by the work "
+             "tree's program.", ""]
+    lines += stack_report(stack, base_render, head_render)[0]
+    return "\n".join(lines), head_render.plan is None
+
+
+def main(args: argparse.Namespace) -> int:
+    """`make diff CONFIG_BASE=`: one stack's two configs, each stack file checked before any
+    render; the report written where plan_diff's --output and --comment say."""
+    from tools import plan
+
+    if not args.stack or len(args.stack) != 1:
+        raise cli.UsageError("--base-config (CONFIG_BASE=) compares one stack: pass one --stack (STACK=)")
+    [stack] = args.stack
+    name, _ = split_stack(stack)
+    head = plan.stack_file(name, args.head_config)  # StackFileError: names the file and the fix
+    with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
+        base, shown = config_at(args.base_config, Path(scratch))
+        report, failed = diff_configs(
+            stack, base.resolve(), args.head_config.resolve() if args.head_config else None,
+            Path(scratch), (shown, str(args.head_config or head.name)))
+    print(report)
+    if args.output:
+        args.output.write_text(report + "\n")
+    if args.comment:
+        args.comment.write_text(pr_comment(report))
+    return 1 if failed else 0
+
+
