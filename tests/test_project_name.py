@@ -15,7 +15,7 @@ from pulumi.runtime import settings as pulumi_settings
 
 from components.schema import config, pulumi_forms
 from components.schema.config import ConfigError
-from tools import config_schema, plan
+from tools import config_schema, mockrun, plan
 
 ROOT = plan.ROOT
 NAME = "my-grpo"
@@ -55,6 +55,21 @@ def test_a_renamed_project_plans_with_the_keys_under_its_name(renamed):
     assert f"{NAME}:zone" in inputs.example_keys  # the plan's example values: under the name too
     [run] = recording.of_type(GRPO_RUN)
     assert "trainer.total_epochs=3" in json.dumps(run.plain_inputs)
+    # What the program writes for later (the guard's advice on destroy) names the key too.
+    [guard] = recording.of_type("pulumi-python:dynamic/verl-gke:DeletionProtection")
+    assert guard.plain_inputs["to_destroy"].startswith(f"pulumi config set {NAME}:deletionProtection false")
+
+
+def test_a_renamed_projects_preflight_names_its_keys(renamed):
+    """A problem found at preview (the reservation holds fewer VMs than the nodes) names the
+    keys under the project's name: the program's own, read with `pulumi.get_project()`."""
+    small = {**plan.example_invokes({f"{NAME}:target": "a4", f"{NAME}:region": "us-central1"})
+             [mockrun.GET_RESERVATION]}
+    small["specificReservations"] = [{**small["specificReservations"][0], "count": 1}]
+    with pytest.raises(ConfigError) as error:
+        plan.run_program("a4", invokes={mockrun.GET_RESERVATION: small})
+    text = "\n".join(error.value.problems)
+    assert f"{NAME}:reservation = 'example-reservation' holds 1 VMs, fewer than {NAME}:gpuNodes" in text
 
 
 def test_a_renamed_projects_errors_name_its_own_keys(renamed):
