@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from components.facts.layout import CHECKPOINT_STEP_DIR, CHECKPOINT_TRACKER
+from components.schema.pulumi_forms import Key
 
-CONFIG_KEY = "verl-gke:job"
+CONFIG_KEY = Key("job")  # `<project>:job`, under the project's name
 
 
 class WaitFor(str, enum.Enum):
