@@ -6,7 +6,7 @@ A CronJob runs components/ray/supervisor.py every SUPERVISOR_PERIOD_MINUTES with
 protocol.py, the rules it shares with the provider) and the run's spec are in one ConfigMap;
 what it did is in a second ConfigMap that only it writes (Pulumi creates it empty and never
 reads its data back as a change). Its service account may read and merge-patch those two
-ConfigMaps' one (the state) and patch the one RayCluster, in this namespace only (a Role, not a
+ConfigMaps' one (the state) and patch (not read) the one RayCluster, in this namespace only (a Role, not a
 ClusterRole). It reaches the Ray dashboard through the head Service, which the head's
 NetworkPolicy opens to pods of the namespace; nothing is exposed outside it.
 
@@ -18,7 +18,8 @@ RayCluster stays Pulumi's and this supervisor is small and namespaced.
 
 Created after the GrpoJob and deleted before it (depends_on), so `pulumi destroy` ends the
 supervisor before the job is stopped; the protocol (protocol.py) makes a tick that overlaps the
-stop harmless: a run whose record the provider deleted is never resubmitted.
+stop harmless: the provider writes "ended" into the state before it stops the run, and a tick
+reads it again right before any submission.
 
 It does not create the RayCluster, the head's NetworkPolicy or the job.
 """
@@ -97,8 +98,10 @@ def render_objects(name: str, args: RunSupervisorArgs) -> list[dict[str, Any]]:
             "rules": [
                 {"apiGroups": [""], "resources": ["configmaps"],
                  "resourceNames": [state_name(name)], "verbs": ["get", "patch"]},
+                # patch only: the supervisor merge-patches spec.suspend and reads the reply,
+                # never GETs the RayCluster (supervisor.InCluster.suspend).
                 {"apiGroups": ["ray.io"], "resources": ["rayclusters"],
-                 "resourceNames": [args.ray_cluster], "verbs": ["get", "patch"]},
+                 "resourceNames": [args.ray_cluster], "verbs": ["patch"]},
             ],
         },
         {
