@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from components.ray import supervisor
+from components.ray import protocol, supervisor
 from components.ray.job_provider import PROVIDER_VERSION, GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RequestPolicy
 from components.schema.run import export_command
@@ -93,7 +93,7 @@ def cluster(tmp_path, ray_head, monkeypatch):
 def ticker(ray_head, said: list[str]):
     def tick(spec: dict, cluster: FileCluster) -> dict:
         return supervisor.tick(spec, lambda sid: supervisor.RayHttp(
-            ray_head.dashboard_url, sid, timeout_s=5, settle_s=30), cluster, said.append)
+            ray_head.dashboard_url, sid, timeout_s=5), cluster, said.append)
     return tick
 
 
@@ -128,10 +128,10 @@ def stop(ray_head, sid: str) -> None:
     requests.post(f"{ray_head.dashboard_url}/api/jobs/{sid}/stop", timeout=10)
 
 
-def test_a_failed_run_is_resubmitted_under_its_id_and_resumes(ray_head, cluster, tmp_path):
-    """FAILED after `pulumi up` returned: the next tick resubmits it under the same id as
-    attempt 1, which resumes from the checkpoint attempt 0 saved; refresh shows the attempts
-    and the last failure from Ray's record."""
+def test_a_failed_run_is_resubmitted_as_its_next_attempt_and_resumes(ray_head, cluster, tmp_path):
+    """FAILED after `pulumi up` returned: the next tick submits attempt 1 (`<run>-a1`), which
+    resumes from the checkpoint attempt 0 saved; refresh shows the attempts and the last
+    failure from Ray's record."""
     said: list[str] = []
     tick = ticker(ray_head, said)
     ckpt = tmp_path / "ckpt"
@@ -139,13 +139,13 @@ def test_a_failed_run_is_resubmitted_under_its_id_and_resumes(ray_head, cluster,
                               f"--fail-once {tmp_path / 'failed'} --fail-at 2")
     sid = spec["submission_id"]
     submit(ray_head, spec)
-    wait_status(ray_head, sid, {"FAILED"})
+    wait_status(ray_head, f"{sid}-a0", {"FAILED"})
 
     record = tick(spec, cluster)
     assert record["attempt"] == 1 and record["last_failure"].startswith("FAILED")
-    done = wait_status(ray_head, sid, {"SUCCEEDED"})
+    done = wait_status(ray_head, f"{sid}-a1", {"SUCCEEDED"})
     assert done["metadata"]["verl-gke-attempt"] == "1"
-    log = requests.get(f"{ray_head.dashboard_url}/api/jobs/{sid}/logs", timeout=10).json()
+    log = requests.get(f"{ray_head.dashboard_url}/api/jobs/{sid}-a1/logs", timeout=10).json()
     assert f"Load from checkpoint folder: {ckpt}/global_step_2" in log["logs"]
 
     refreshed = GrpoJobProvider(POLICY, say=lambda _: None).read(sid, provider_props(spec))
@@ -156,18 +156,19 @@ def test_a_failed_run_is_resubmitted_under_its_id_and_resumes(ray_head, cluster,
 
 def test_the_retry_budget_is_shared_and_a_spent_one_leaves_the_run_failed(ray_head, cluster):
     """maxRetries bounds every attempt, by whoever submits it: with 1, one resubmission, then
-    the supervisor gives up and says so."""
+    the supervisor gives up, says so, and releases the GPUs (review finding 6)."""
     said: list[str] = []
     tick = ticker(ray_head, said)
     spec = spec_for(ray_head, f"{TRAINER} --steps 1 --sleep 0 --fail", max_retries=1)
     sid = spec["submission_id"]
     submit(ray_head, spec)
-    wait_status(ray_head, sid, {"FAILED"})
+    wait_status(ray_head, f"{sid}-a0", {"FAILED"})
     assert tick(spec, cluster)["attempt"] == 1
-    wait_status(ray_head, sid, {"FAILED"})
+    wait_status(ray_head, f"{sid}-a1", {"FAILED"})
     record = tick(spec, cluster)
     assert record["attempt"] == 1 and "retry budget of 1 spent" in record["state"]
-    assert record_of(ray_head, sid)["metadata"]["verl-gke-attempt"] == "1"
+    assert record["released"] and cluster.suspended()
+    assert record_of(ray_head, f"{sid}-a2") is None
 
 
 def test_a_stalled_run_is_stopped_counted_as_failed_and_resubmitted(ray_head, cluster):
@@ -178,44 +179,46 @@ def test_a_stalled_run_is_stopped_counted_as_failed_and_resubmitted(ray_head, cl
     spec = spec_for(ray_head, f"{TRAINER} --steps 2 --sleep 60", stall_s=6, max_retries=1)
     sid = spec["submission_id"]
     submit(ray_head, spec)
-    wait_status(ray_head, sid, {"RUNNING"})
+    wait_status(ray_head, f"{sid}-a0", {"RUNNING"})
     assert tick(spec, cluster).get("stopped") is None  # within stall_s: left running
     time.sleep(6.5)
     record = tick(spec, cluster)
     assert record["stopped"]["reason"] == "no new step for 6 s before its first step"
-    assert record_of(ray_head, sid)["status"] == "STOPPED"
+    assert record_of(ray_head, f"{sid}-a0")["status"] == "STOPPED"
 
     record = tick(spec, cluster)
     assert record["attempt"] == 1
     assert record["last_failure"] == "no new step for 6 s before its first step"
-    wait_status(ray_head, sid, {"PENDING", "RUNNING"})
-    stop(ray_head, sid)
+    wait_status(ray_head, f"{sid}-a1", {"PENDING", "RUNNING"})
+    stop(ray_head, f"{sid}-a1")
 
 
 def test_a_run_stopped_by_someone_else_or_past_its_deadline_is_not_resubmitted(
     ray_head, cluster
 ):
-    """A STOPPED record the supervisor did not stop (a person, `pulumi destroy`) is left alone;
-    a run past its wall-clock deadline is stopped for good."""
+    """A STOPPED record the supervisor did not stop (a person) is left alone, GPUs kept; a run
+    past its wall-clock deadline is stopped for good, and its GPUs released."""
     said: list[str] = []
     tick = ticker(ray_head, said)
     spec = spec_for(ray_head, f"{TRAINER} --steps 100 --sleep 0.5")
     sid = spec["submission_id"]
     submit(ray_head, spec)
-    wait_status(ray_head, sid, {"RUNNING"})
-    stop(ray_head, sid)
-    wait_status(ray_head, sid, {"STOPPED"})
+    wait_status(ray_head, f"{sid}-a0", {"RUNNING"})
+    stop(ray_head, f"{sid}-a0")
+    wait_status(ray_head, f"{sid}-a0", {"STOPPED"})
     record = tick(spec, cluster)
     assert record["attempt"] == 0 and "stopped by someone else" in record["state"]
+    assert not cluster.suspended()
 
     late = spec_for(ray_head, f"{TRAINER} --steps 100 --sleep 0.5", deadline_s=1)
     submit(ray_head, late)
-    wait_status(ray_head, late["submission_id"], {"RUNNING"})
+    wait_status(ray_head, late["submission_id"] + "-a0", {"RUNNING"})
     time.sleep(1.2)
     record = tick(late, cluster)
     assert "deadline of" in record["state"]
-    assert record_of(ray_head, late["submission_id"])["status"] == "STOPPED"
-    assert tick(late, cluster)["attempt"] == 0  # no retry after a deadline
+    assert record_of(ray_head, late["submission_id"] + "-a0")["status"] == "STOPPED"
+    record = tick(late, cluster)
+    assert record["attempt"] == 0 and record["released"]  # no retry after a deadline
 
 
 def test_a_succeeded_run_is_exported_on_its_resources_then_the_gpus_are_released(
@@ -238,16 +241,16 @@ def test_a_succeeded_run_is_exported_on_its_resources_then_the_gpus_are_released
     spec = spec_for(ray_head, command, export={"entrypoint": merge, "resources": resources})
     sid = spec["submission_id"]
     submit(ray_head, spec)
-    wait_status(ray_head, sid, {"SUCCEEDED"})
+    wait_status(ray_head, f"{sid}-a0", {"SUCCEEDED"})
 
     record = tick(spec, cluster)
     assert not record.get("released")
-    wait_status(ray_head, f"{sid}-export", {"SUCCEEDED"})
+    wait_status(ray_head, f"{sid}-export-a0", {"SUCCEEDED"})
     # Ray runs an entrypoint inside the job's supervisor actor, scheduled with the entrypoint
     # resources (job_manager.py submit_job): the actor's required resources are the request.
     actors = requests.get(f"{ray_head.dashboard_url}/api/v0/actors", timeout=10, params={
         "filter_keys": "name", "filter_predicates": "=", "detail": "true",
-        "filter_values": f"_ray_internal_job_actor_{sid}-export"}).json()
+        "filter_values": f"_ray_internal_job_actor_{sid}-export-a0"}).json()
     required = actors["data"]["result"]["result"][0]["required_resources"]
     assert required == {"CPU": 0.5, "memory": 10_000_000}
     assert (root / run_dir / "huggingface").is_dir()
@@ -288,7 +291,7 @@ def test_provider_and_supervisor_acting_at_once_run_one_attempt_at_a_time(
 ):
     """`pulumi up` following a failing run (its own retries) while the supervisor ticks as fast
     as it can: never two attempts at once (each attempt holds a lock file the whole time it
-    runs), one record under the id, and the shared budget: exactly maxRetries + 1 attempts."""
+    runs), one record per attempt id, and the shared budget: exactly maxRetries + 1 attempts."""
     said: list[str] = []
     tick = ticker(ray_head, said)
     lock, overlaps = tmp_path / "lock", tmp_path / "overlaps"
@@ -319,6 +322,28 @@ def test_provider_and_supervisor_acting_at_once_run_one_attempt_at_a_time(
         thread.join(timeout=60)
     assert errors == []
     assert not overlaps.exists(), overlaps.read_text()
-    jobs = list_jobs(ray_head.dashboard_url)
-    assert sum(job["submission_id"] == sid for job in jobs) == 1
-    assert record_of(ray_head, sid)["metadata"]["verl-gke-attempt"] == "3"
+    found = protocol.attempts(list_jobs(ray_head.dashboard_url), sid)
+    assert sorted(found) == [0, 1, 2, 3]  # each attempt once, none beyond the budget
+    assert all(info["metadata"]["verl-gke-attempt"] == str(n) for n, info in found.items())
+
+
+def test_the_cluster_check_never_port_forwards_to_a_released_cluster(ray_head, cluster, tmp_path):
+    """After a release, the ClusterCheck's delete (every `pulumi destroy`) needs no Ray and
+    opens no port-forward (kubectl would wait for a head pod that never comes), and its create
+    (a re-check for a new run) resumes the cluster before it port-forwards (review finding 1)."""
+    from components.ray.cluster_check import ClusterCheckProvider
+
+    cluster.suspend()
+    access = {**provider_props(spec_for(ray_head, "true"))["access"]}
+    access.pop("state")
+    props = {"submission_id": "verl-gke-test-cluster-check-0123456789ab", "entrypoint": "true",
+             "runtime_env": {}, "metadata": {}, "timeout_s": 30, "access": access}
+    check = ClusterCheckProvider(POLICY, say=lambda _: None)
+    forwards = port_forwards(tmp_path)
+    check.delete(props["submission_id"], props)
+    assert port_forwards(tmp_path) == forwards and cluster.suspended()
+
+    # A Service the fake kubectl does not know: the port-forward fails at once, after the gate.
+    with pytest.raises(RayAccessError, match="not found"):
+        check.create({**props, "access": {**access, "service": "gone-head-svc"}})
+    assert not cluster.suspended() and port_forwards(tmp_path) == forwards + 1

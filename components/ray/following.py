@@ -31,6 +31,14 @@ class Progress:
         self._next = self._started + policy.progress_every_s
         self.first_step_s: float | None = None
 
+    def follow(self, jobs: RayJobs) -> None:
+        """Follow another attempt from now on: its status, phases and first step are its own
+        (each attempt has its own driver log, protocol.py), so nothing of the one before counts.
+        """
+        if jobs.submission_id != self._jobs.submission_id:
+            self._jobs = jobs
+            self._status, self._phase, self.first_step_s = None, 0, None
+
     def say(self, text: str) -> None:
         self._say(f"{self._jobs.submission_id}: {text}")
 

@@ -4,10 +4,11 @@ A CronJob runs components/ray/supervisor.py every SUPERVISOR_PERIOD_MINUTES with
 `concurrencyPolicy: Forbid` (one tick at a time, a long tick delays the next) and a Job
 `backoffLimit: 0` (a failed tick is simply followed by the next). Its code (supervisor.py and
 protocol.py, the rules it shares with the provider) and the run's spec are in one ConfigMap;
-what it did is in a second ConfigMap that only it writes (Pulumi creates it empty and never
-reads its data back as a change). Its service account may read and merge-patch those two
-ConfigMaps' one (the state) and patch (not read) the one RayCluster, in this namespace only (a Role, not a
-ClusterRole). It reaches the Ray dashboard through the head Service, which the head's
+what it did is in a second ConfigMap, under a key only it writes (the job's provider writes its
+mark under another, protocol.MARK_KEY; Pulumi creates the ConfigMap empty and never reads its
+data back as a change). Its service account may read and merge-patch those two
+ConfigMaps' one (the state) and patch (not read) the one RayCluster, in this namespace only (a
+Role, not a ClusterRole). It reaches the Ray dashboard through the head Service, which the head's
 NetworkPolicy opens to pods of the namespace; nothing is exposed outside it.
 
 Why not KubeRay's RayJob: on an existing RayCluster (`clusterSelector`) it cannot retry
@@ -45,8 +46,8 @@ CODE = {"protocol.py": _HERE / "protocol.py", "supervisor.py": _HERE / "supervis
 APP_DIR = "/app"
 SPEC_FILE = "run.json"
 LABELS = {"app.kubernetes.io/name": "verl-gke-supervisor"}
-# A tick's own limit: a resubmission waits for the old attempt's supervisor actor (up to
-# 120 s, ray_access.RequestPolicy.stop_timeout_s) and a stop for a terminal status (60 s).
+# A tick's own limit: a stop waits for a terminal status (60 s); a submission waits for nothing
+# (each attempt has its own id, protocol.py). A tick cut short is finished by the next one.
 TICK_DEADLINE_S = 600
 
 

@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from components.ray.protocol import RECORD_KEY
+from components.ray.protocol import MARK_KEY, RECORD_KEY
+from components.ray.supervisor import check_suspended, parse_state
 
 
 class FileCluster:
@@ -26,20 +27,42 @@ class FileCluster:
             {"metadata": {"name": ray_cluster}, "spec": {}, "status": {"state": "ready"}}))
         self.suspends = 0
 
+    def state(self) -> dict[str, Any]:
+        """The ConfigMap's data, as supervisor.InCluster.state reads it (a GET of the object);
+        a ConfigMap that is gone fails as the API server's 404 does (an OSError there)."""
+        if not self.state_path.exists():
+            raise FileNotFoundError(f"{self.state_path.name}: NotFound")
+        return parse_state(json.loads(self.state_path.read_text()).get("data") or {})
+
     def record(self) -> dict[str, Any] | None:
-        data = json.loads(self.state_path.read_text()).get("data") or {}
-        return json.loads(data[RECORD_KEY]) if RECORD_KEY in data else None
+        return self.state()[RECORD_KEY]
 
     def save(self, record: dict[str, Any]) -> None:
+        """A merge patch of the record key alone (supervisor.InCluster.save)."""
         obj = json.loads(self.state_path.read_text())
         obj.setdefault("data", {})[RECORD_KEY] = json.dumps(record)
         self.state_path.write_text(json.dumps(obj))
 
+    def mark(self, mark: dict[str, Any]) -> None:
+        """What the provider writes (kube.ClusterState.write_mark), for tests that stage it."""
+        obj = json.loads(self.state_path.read_text())
+        obj.setdefault("data", {})[MARK_KEY] = json.dumps(mark)
+        self.state_path.write_text(json.dumps(obj))
+
     def suspend(self) -> None:
+        """A merge patch of spec.suspend; the reply is the stored object, checked as
+        supervisor.InCluster.suspend checks it."""
         self.suspends += 1
         obj = json.loads(self.cluster_path.read_text())
         obj["spec"]["suspend"] = True
         obj["status"]["state"] = "suspended"
+        self.cluster_path.write_text(json.dumps(obj))
+        check_suspended(obj)
+
+    def resume(self) -> None:
+        obj = json.loads(self.cluster_path.read_text())
+        obj["spec"]["suspend"] = False
+        obj["status"]["state"] = "ready"
         self.cluster_path.write_text(json.dumps(obj))
 
     def suspended(self) -> bool:
