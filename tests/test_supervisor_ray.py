@@ -347,3 +347,43 @@ def test_the_cluster_check_never_port_forwards_to_a_released_cluster(ray_head, c
     with pytest.raises(RayAccessError, match="not found"):
         check.create({**props, "access": {**access, "service": "gone-head-svc"}})
     assert not cluster.suspended() and port_forwards(tmp_path) == forwards + 1
+
+
+def test_up_refresh_exports_a_released_run_whose_export_failed_for_good(
+    ray_head, cluster, tmp_path
+):
+    """releaseGpus: the export fails for good (budget 0), and the supervisor releases the GPUs
+    with the reason. Once the cause is fixed, `pulumi up --refresh` finds the run SUCCEEDED and
+    not exported, resumes the cluster, exports, and the next tick releases the GPUs again
+    (review finding 6: a given-up run used to keep its GPUs, a released one could not export)."""
+    said: list[str] = []
+    tick = ticker(ray_head, said)
+    root, run_dir = tmp_path / "checkpoints", "grpo-16gpu-0123456789ab"
+    merge = export_command(run_dir, merger=f"{sys.executable} {FAKES / 'model_merger.py'}",
+                           root=str(root), workdir=str(tmp_path))
+    spec = spec_for(ray_head, f"{TRAINER} --steps 1 --sleep 0", max_retries=0,
+                    export={"entrypoint": merge, "resources": {"entrypoint_num_cpus": 0.1}})
+    sid = spec["submission_id"]
+    submit(ray_head, spec)
+    wait_status(ray_head, f"{sid}-a0", {"SUCCEEDED"})
+    tick(spec, cluster)
+    wait_status(ray_head, f"{sid}-export-a0", {"FAILED"})  # no checkpoint to merge
+    record = tick(spec, cluster)
+    assert record["released"] and cluster.suspended()
+    assert record["released_reason"] == "export failed; retry budget of 0 spent"
+
+    (root / run_dir / "global_step_1" / "actor").mkdir(parents=True)  # the cause, fixed
+    (root / run_dir / "latest_checkpointed_iteration.txt").write_text("1")
+    provider = GrpoJobProvider(POLICY, say=said.append)
+    props = provider_props(spec, wait_for="first-step", status="SUCCEEDED")
+    refreshed = provider.read(sid, props)
+    assert refreshed.inputs["job_state"] == "SUCCEEDED, model not exported"
+    assert provider.diff(sid, refreshed.outs, props).changes
+    updated = provider.update(sid, refreshed.outs, props)
+    assert updated.outs["export_status"] == "SUCCEEDED" and not cluster.suspended()
+    assert record_of(ray_head, f"{sid}-export-a1")["status"] == "SUCCEEDED"
+    assert (root / run_dir / "huggingface" / "model.safetensors").read_text() == "global_step_1"
+
+    record = tick(spec, cluster)
+    assert record["released"] and cluster.suspended()
+    assert record["state"] == "SUCCEEDED at step 1, export SUCCEEDED, GPUs released"

@@ -329,3 +329,31 @@ def test_two_actors_never_run_the_same_attempt_twice(world):
     assert protocol.advance(ray, RUN, 1, job, "FAILED", None, lambda _: None) == 2
     assert protocol.advance(ray, RUN, 1, job, "FAILED", None, lambda _: None) == 2
     assert ray.submissions == [a0, attempt_id(RUN, 1), attempt_id(RUN, 2)]
+
+
+def test_an_explicit_up_after_a_release_is_followed_and_released_again(world):
+    """The export failed for good and the GPUs went back; `pulumi up --refresh` then resumed
+    the cluster and exported (its mark changed): the supervisor follows the run again and, once
+    that export SUCCEEDED, releases the GPUs again (review finding 6). An unchanged mark, a
+    later clock or none, never reopens it."""
+    ray, cluster = world
+    run_spec = spec(max_retries=0, export={"entrypoint": "python3 -m verl.model_merger merge"})
+    cluster.mark({"run": RUN, "at": 5.0, "ended": None})
+    a0 = submit(ray)
+    ray.finish(a0, "SUCCEEDED")
+    tick(ray, cluster, run_spec)
+    export = protocol.export_run(RUN)
+    ray.finish(attempt_id(export, 0), "FAILED")
+    assert tick(ray, cluster, run_spec)["released"]
+    assert tick(ray, cluster, run_spec, now=ray.clock + 10**6)["released"]  # nothing changed
+
+    cluster.resume()  # what the provider's update does: resume, mark, export
+    cluster.mark({"run": RUN, "at": 1.0, "ended": None})  # the user's clock may be behind
+    assert protocol.submit_attempt(ray, export, 1, protocol.Submission.of(run_spec["export"]
+                                   | {"runtime_env": {}, "metadata": {}}))
+    record = tick(ray, cluster, run_spec)
+    assert not record["released"] and record["export_attempt"] == 1
+    ray.finish(attempt_id(export, 1), "SUCCEEDED")
+    record = tick(ray, cluster, run_spec)
+    assert record["released"] and cluster.suspended() and cluster.suspends == 2
+    assert record["state"].endswith("export SUCCEEDED, GPUs released")

@@ -237,8 +237,10 @@ def _finite(text: str) -> float | None:
 #   knows), status, step, step_attempt, last_step_at, first_start, first_step_at, last_failure,
 #   intent ({"action": "submit" | "export" | "release", "attempt": n, "reason": ...}, saved
 #   before the action, cleared once its result is saved), stopped ({"attempt", "reason"} of a
-#   stop of its own, saved before the stop), ended ({"attempt", "by", "reason"}), export_attempt,
-#   export_status, released, released_at, released_reason, updated (epoch seconds).
+#   stop of its own, saved before the stop), ended ({"attempt", "by", "reason", "at"}),
+#   export_attempt, export_status, released, released_at, released_reason, settled_mark (the
+#   provider's mark `at` when the run ended or was released here: a later change of the mark is
+#   an explicit `pulumi up` acting on the run again), updated (epoch seconds).
 # - MARK_KEY, the provider's: {"run": the run id the stack wants, "at": epoch seconds of the
 #   provider's last action on it, "ended": why the provider ended it, or null}. Written before
 #   the provider submits (create, resubmit, export) and before it stops a run it deletes.

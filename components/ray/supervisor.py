@@ -210,14 +210,16 @@ class _Tick:
         if intent.get("action") == "release" and not protocol.not_ours(self.run_id, self.mark):
             self._release(intent["reason"])  # a dead tick's release: no Ray needed (no head)
             return self._save()
-        settled = max(record.get("released_at") or 0, (record.get("ended") or {}).get("at") or 0)
-        if ((record.get("released") or record.get("ended")) and not self.mark.get("ended")
+        if ("settled_mark" in record and not self.mark.get("ended")
                 and self.mark.get("run") == self.run_id
-                and float(self.mark.get("at") or 0) > settled):
-            # An explicit `pulumi up` acted on the run after it was released or given up (it
-            # resumed the cluster to export, or submitted once more): follow it again.
+                and self.mark.get("at") != record["settled_mark"]):
+            # An explicit `pulumi up` acted on the run since it was released or given up (it
+            # resumed the cluster to export, or submitted once more): the provider's mark
+            # changed. Compared for a change, never by time: the provider's clock is the
+            # user's machine's.
             self.say("`pulumi up` acted on the run after it ended here; following it again")
             record.update(released=False, released_reason=None, ended=None)
+            record.pop("settled_mark")
         if record.get("released"):
             return record  # the head and its job table are gone with the pods
         self.jobs = self.ray(self.run_id)
@@ -508,6 +510,8 @@ class _Tick:
 
     def _save(self) -> dict[str, Any]:
         record = self.record
+        if (record.get("ended") or record.get("released")) and "settled_mark" not in record:
+            record["settled_mark"] = self.mark.get("at")  # the mark as it was when it ended here
         record["updated"] = self.now()
         record["state"] = protocol.describe(record)
         self.cluster.save(record)
