@@ -357,3 +357,14 @@ def test_an_explicit_up_after_a_release_is_followed_and_released_again(world):
     record = tick(ray, cluster, run_spec)
     assert record["released"] and cluster.suspended() and cluster.suspends == 2
     assert record["state"].endswith("export SUCCEEDED, GPUs released")
+
+
+def test_a_head_restart_before_the_first_tick_resubmits_attempt_0(world):
+    """The CronJob gets a run's spec only after its create submitted attempt 0: a first tick
+    that finds no attempt at all (the head restarted in between) submits attempt 0 again,
+    rather than waiting for ever (review finding 3)."""
+    ray, cluster = world
+    record = tick(ray, cluster, spec())
+    assert list(ray.records) == [attempt_id(RUN, 0)] and record["attempt"] == 0
+    assert tick(ray, cluster, spec())["status"] == "PENDING"
+    assert ray.submissions == [attempt_id(RUN, 0)]

@@ -285,7 +285,12 @@ class _Tick:
         table is gone (the driver, on the head, died with it). Never read as "ended"."""
         record = self.record
         if known is None:
-            self.say("no attempt in Ray yet (`pulumi up` has not submitted it)")
+            # This spec reaches the CronJob only once the run's create returned (the supervisor
+            # depends on the job), i.e. after attempt 0 was submitted: Ray lost it with its head
+            # before the first tick. (A run the provider ended or replaced never gets here.)
+            self.say("attempt 0 is gone from Ray with its head's job table")
+            record.update(status="LOST")
+            self._next(-1, "lost with the Ray head before its first step")
             return
         if record.get("status") == "SUCCEEDED":
             self._finish()
