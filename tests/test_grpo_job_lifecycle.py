@@ -458,3 +458,23 @@ def test_a_failed_export_says_the_checkpoints_are_intact(ray_head, provider, tmp
         provider.create(news)
     assert "pulumi up --refresh" in str(failure.value)
     assert "verl-gke:job.exportModel" in str(failure.value)
+
+
+def test_outputs_never_carry_an_earlier_attempts_metrics():
+    """The outputs of attempt 1 hold no metric attempt 0 logged: before attempt 1's first step
+    they are empty, not attempt 0's (review finding 5); the last metrics are kept only for the
+    attempt they came from, when its log cannot be read."""
+    from components.ray import job_provider
+
+    class Attempt:
+        submission_id, policy = "verl-gke-test-grpo-0123456789ab-a1", POLICY
+
+        def log_tail(self, lines: int, info: dict | None = None) -> str:
+            return ""  # attempt 1 has logged no step yet
+
+    info = {"status": "RUNNING", "metadata": {"verl-gke-attempt": "1"}}
+    earlier = {"metrics": {"step": 35.0}, "first_step_s": 12.0,
+               "dashboard_path": "/#/jobs/verl-gke-test-grpo-0123456789ab-a0"}
+    assert job_provider._observed(Attempt(), info, earlier)["metrics"] is None
+    same = {**earlier, "dashboard_path": "/#/jobs/verl-gke-test-grpo-0123456789ab-a1"}
+    assert job_provider._observed(Attempt(), info, same)["metrics"] == {"step": 35.0}

@@ -368,3 +368,24 @@ def test_a_head_restart_before_the_first_tick_resubmits_attempt_0(world):
     assert list(ray.records) == [attempt_id(RUN, 0)] and record["attempt"] == 0
     assert tick(ray, cluster, spec())["status"] == "PENDING"
     assert ray.submissions == [attempt_id(RUN, 0)]
+
+
+def test_a_run_deleted_and_created_again_is_followed_again(world):
+    """A re-staging or a re-check replaces the run by itself (same id): while it is deleted the
+    ticks stand down (no resubmission while staging rewrites /data), and once `pulumi up` has
+    created it again (its mark changed) they follow the new attempt."""
+    ray, cluster = world
+    a0 = submit(ray)
+    cluster.mark({"run": RUN, "at": 1.0, "ended": None})
+    ray.finish(a0, "FAILED")  # the provider's delete stops it; FAILED is the worst case
+    cluster.mark({"run": RUN, "at": 2.0, "ended": "deleted (destroy or replace)"})
+    record = tick(ray, cluster, spec())
+    assert ray.submissions == [a0] and "ended by pulumi" in record["state"]
+
+    cluster.mark({"run": RUN, "at": 3.0, "ended": None})  # created again: its next attempt
+    a1 = submit(ray, 1)
+    ray.run(a1)
+    record = tick(ray, cluster, spec())
+    assert record["attempt"] == 1 and record["status"] == "RUNNING" and not record["ended"]
+    ray.finish(a1, "FAILED")
+    assert tick(ray, cluster, spec())["attempt"] == 2  # followed again: retried

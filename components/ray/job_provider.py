@@ -236,7 +236,8 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 number: int) -> dict:
         attempt, info = _wait(jobs, number, props, self.policy, progress)
         outs = {**props, **_observed(attempt, info, props), "job_state": ""}
-        outs["first_step_s"] = progress.first_step_s or props.get("first_step_s")
+        outs["first_step_s"] = progress.first_step_s or (
+            props.get("first_step_s") if _same_attempt(attempt, props) else None)
         outs["export_status"] = props.get("export_status")
         if info["status"] == "SUCCEEDED" and props.get("export_entrypoint"):
             outs["export_status"] = export.run_export(jobs, props, self.policy, progress)
@@ -498,9 +499,18 @@ def _poll_target(
     return poll(jobs, frozenset(), deadline, policy, seen, until=done)
 
 
+def _same_attempt(jobs: RayJobs, props: dict[str, Any]) -> bool:
+    """Whether the outputs in `props` were observed on this attempt (its dashboard path)."""
+    return props.get("dashboard_path") == f"/#/jobs/{jobs.submission_id}"
+
+
 def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
+    """The outputs of one attempt, from its own record and log only: the metrics of an earlier
+    attempt are never carried over (when the log cannot be read, the last ones are kept only
+    if they were this attempt's)."""
     metadata = info.get("metadata") or {}
-    metrics = tail_metrics(jobs, props.get("metrics"), jobs.policy, info)
+    previous = props.get("metrics") if _same_attempt(jobs, props) else None
+    metrics = tail_metrics(jobs, previous, jobs.policy, info)
     return {
         "status": info["status"],
         "message": short(info.get("message")),

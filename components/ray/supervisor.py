@@ -247,7 +247,7 @@ class _Tick:
         known = record.get("attempt")
         intent = record.get("intent") or {}
         if intent.get("action") == "submit":
-            if intent["attempt"] in found or (newest or -1) > intent["attempt"]:
+            if newest is not None and newest >= intent["attempt"]:
                 record["intent"] = None  # the dead tick's submission reached Ray
             else:
                 self._submit(intent["attempt"], intent["reason"])  # finish what it started
