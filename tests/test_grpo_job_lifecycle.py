@@ -188,7 +188,7 @@ def test_refresh_then_up_resubmits_a_failed_job_which_resumes_from_its_checkpoin
     resumed = f"Load from checkpoint folder: {tmp_path / 'ckpt'}/global_step_3"
     assert resumed in job_log(ray_head, f"{sid}-a1")
     assert resumed not in job_log(ray_head, f"{sid}-a0")  # each attempt has its own log
-    assert list(protocol.attempts(jobs(ray_head), sid)) == [0, 1]
+    assert sorted(protocol.attempts(jobs(ray_head), sid)) == [0, 1]
     assert any("FAILED at step 3; resubmitting" in line for line in said)
 
     # The next up, with nothing changed, proposes nothing: the finding was consumed.

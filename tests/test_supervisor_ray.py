@@ -124,6 +124,16 @@ def port_forwards(tmp_path: Path) -> int:
     return sum("port-forward" in line for line in lines)
 
 
+def required_resources(ray_head, sid: str) -> dict:
+    """What the job's supervisor actor was scheduled with. Ray runs an entrypoint inside that
+    actor, scheduled with the entrypoint resources (job_manager.py submit_job, :532-539), so
+    they are the request; the State API keeps a dead actor's details."""
+    actors = requests.get(f"{ray_head.dashboard_url}/api/v0/actors", timeout=10, params={
+        "filter_keys": "name", "filter_predicates": "=", "detail": "true",
+        "filter_values": f"_ray_internal_job_actor_{sid}"}).json()
+    return actors["data"]["result"]["result"][0]["required_resources"]
+
+
 def stop(ray_head, sid: str) -> None:
     requests.post(f"{ray_head.dashboard_url}/api/jobs/{sid}/stop", timeout=10)
 
@@ -221,59 +231,6 @@ def test_a_run_stopped_by_someone_else_or_past_its_deadline_is_not_resubmitted(
     assert record["attempt"] == 0 and record["released"]  # no retry after a deadline
 
 
-def test_a_succeeded_run_is_exported_on_its_resources_then_the_gpus_are_released(
-    ray_head, cluster, tmp_path
-):
-    """SUCCEEDED: one tick submits the export with its entrypoint resources, a later one, once
-    the export SUCCEEDED, suspends the RayCluster. Refresh then reports the run from the
-    supervisor's record (the head is gone with the pods), proposes nothing, and delete does
-    not need Ray."""
-    said: list[str] = []
-    tick = ticker(ray_head, said)
-    root = tmp_path / "checkpoints"
-    run_dir = "grpo-16gpu-0123456789ab"
-    command = f"{TRAINER} --steps 2 --sleep 0 --checkpoint-dir {root / run_dir}"
-    merge = export_command(run_dir, merger=f"{sys.executable} {FAKES / 'model_merger.py'}",
-                           root=str(root), workdir=str(tmp_path))
-    # The local head has no GPU: a CPU share stands in for entrypoint_num_gpus to show that
-    # the export is submitted with its resources (Ray records them in the job's details).
-    resources = {"entrypoint_num_cpus": 0.5, "entrypoint_memory": 10_000_000}
-    spec = spec_for(ray_head, command, export={"entrypoint": merge, "resources": resources})
-    sid = spec["submission_id"]
-    submit(ray_head, spec)
-    wait_status(ray_head, f"{sid}-a0", {"SUCCEEDED"})
-
-    record = tick(spec, cluster)
-    assert not record.get("released")
-    wait_status(ray_head, f"{sid}-export-a0", {"SUCCEEDED"})
-    # Ray runs an entrypoint inside the job's supervisor actor, scheduled with the entrypoint
-    # resources (job_manager.py submit_job): the actor's required resources are the request.
-    actors = requests.get(f"{ray_head.dashboard_url}/api/v0/actors", timeout=10, params={
-        "filter_keys": "name", "filter_predicates": "=", "detail": "true",
-        "filter_values": f"_ray_internal_job_actor_{sid}-export-a0"}).json()
-    required = actors["data"]["result"]["result"][0]["required_resources"]
-    assert required == {"CPU": 0.5, "memory": 10_000_000}
-    assert (root / run_dir / "huggingface").is_dir()
-
-    record = tick(spec, cluster)
-    assert record["released"] and cluster.suspended() and cluster.suspends == 1
-    assert record["state"] == "SUCCEEDED at step 2, export SUCCEEDED, GPUs released"
-
-    provider = GrpoJobProvider(POLICY, say=lambda _: None)
-    props = provider_props(spec, wait_for="first-step", status="SUCCEEDED")
-    refreshed = provider.read(sid, props)
-    assert refreshed.outs["state"] == record["state"]
-    assert refreshed.outs["export_status"] == "SUCCEEDED" and refreshed.inputs["job_state"] == ""
-    assert provider.diff(sid, refreshed.outs, props).changes is False
-    assert tick(spec, cluster)["released"] and cluster.suspends == 1  # nothing more to do
-    # `pulumi destroy` deletes the supervisor (and its record) first, then the job: a suspended
-    # RayCluster alone tells delete that nothing runs, and it asks no Ray (no port-forward).
-    cluster.state_path.unlink()
-    forwards = port_forwards(tmp_path)
-    provider.delete(sid, refreshed.outs)
-    assert port_forwards(tmp_path) == forwards
-
-
 def test_a_new_run_brings_released_gpus_back(ray_head, cluster):
     """After a release, creating the next run (another submission id) resumes the RayCluster
     before it submits."""
@@ -349,27 +306,34 @@ def test_the_cluster_check_never_port_forwards_to_a_released_cluster(ray_head, c
     assert not cluster.suspended() and port_forwards(tmp_path) == forwards + 1
 
 
-def test_up_refresh_exports_a_released_run_whose_export_failed_for_good(
+def test_an_export_that_failed_for_good_releases_the_gpus_and_up_refresh_exports_it(
     ray_head, cluster, tmp_path
 ):
-    """releaseGpus: the export fails for good (budget 0), and the supervisor releases the GPUs
-    with the reason. Once the cause is fixed, `pulumi up --refresh` finds the run SUCCEEDED and
-    not exported, resumes the cluster, exports, and the next tick releases the GPUs again
-    (review finding 6: a given-up run used to keep its GPUs, a released one could not export)."""
+    """SUCCEEDED: a tick submits the export on its entrypoint resources. It fails for good
+    (budget 0: no checkpoint to merge), and the next tick releases the GPUs with the reason
+    (review finding 6: a given-up run used to keep them). Once the cause is fixed, `pulumi up
+    --refresh` finds the run SUCCEEDED and not exported, resumes the cluster, exports (a
+    released run could not be exported before), and the next tick releases the GPUs again.
+    Refresh then reports the run from the supervisor's record (the head is gone with the pods),
+    proposes nothing, and delete needs no Ray."""
     said: list[str] = []
     tick = ticker(ray_head, said)
     root, run_dir = tmp_path / "checkpoints", "grpo-16gpu-0123456789ab"
     merge = export_command(run_dir, merger=f"{sys.executable} {FAKES / 'model_merger.py'}",
                            root=str(root), workdir=str(tmp_path))
+    # The local head has no GPU: a CPU share stands in for entrypoint_num_gpus to show that
+    # the export is submitted with its resources (Ray records them in the job's details).
+    resources = {"entrypoint_num_cpus": 0.5, "entrypoint_memory": 10_000_000}
     spec = spec_for(ray_head, f"{TRAINER} --steps 1 --sleep 0", max_retries=0,
-                    export={"entrypoint": merge, "resources": {"entrypoint_num_cpus": 0.1}})
+                    export={"entrypoint": merge, "resources": resources})
     sid = spec["submission_id"]
     submit(ray_head, spec)
     wait_status(ray_head, f"{sid}-a0", {"SUCCEEDED"})
-    tick(spec, cluster)
+    assert not tick(spec, cluster).get("released")
     wait_status(ray_head, f"{sid}-export-a0", {"FAILED"})  # no checkpoint to merge
+    assert required_resources(ray_head, f"{sid}-export-a0") == {"CPU": 0.5, "memory": 10_000_000}
     record = tick(spec, cluster)
-    assert record["released"] and cluster.suspended()
+    assert record["released"] and cluster.suspended() and cluster.suspends == 1
     assert record["released_reason"] == "export failed; retry budget of 0 spent"
 
     (root / run_dir / "global_step_1" / "actor").mkdir(parents=True)  # the cause, fixed
@@ -381,9 +345,21 @@ def test_up_refresh_exports_a_released_run_whose_export_failed_for_good(
     assert provider.diff(sid, refreshed.outs, props).changes
     updated = provider.update(sid, refreshed.outs, props)
     assert updated.outs["export_status"] == "SUCCEEDED" and not cluster.suspended()
-    assert record_of(ray_head, f"{sid}-export-a1")["status"] == "SUCCEEDED"
+    assert required_resources(ray_head, f"{sid}-export-a1") == {"CPU": 0.5, "memory": 10_000_000}
     assert (root / run_dir / "huggingface" / "model.safetensors").read_text() == "global_step_1"
 
     record = tick(spec, cluster)
-    assert record["released"] and cluster.suspended()
+    assert record["released"] and cluster.suspended() and cluster.suspends == 2
     assert record["state"] == "SUCCEEDED at step 1, export SUCCEEDED, GPUs released"
+    assert tick(spec, cluster)["released"] and cluster.suspends == 2  # nothing more to do
+
+    refreshed = provider.read(sid, {**props, **updated.outs})
+    assert refreshed.outs["state"] == record["state"]
+    assert refreshed.outs["export_status"] == "SUCCEEDED" and refreshed.inputs["job_state"] == ""
+    assert provider.diff(sid, refreshed.outs, props).changes is False
+    # `pulumi destroy` deletes the supervisor (and its state) first, then the job: a suspended
+    # RayCluster alone tells delete that nothing runs, and it asks no Ray (no port-forward).
+    cluster.state_path.unlink()
+    forwards = port_forwards(tmp_path)
+    provider.delete(sid, refreshed.outs)
+    assert port_forwards(tmp_path) == forwards
