@@ -478,3 +478,22 @@ def test_outputs_never_carry_an_earlier_attempts_metrics():
     assert job_provider._observed(Attempt(), info, earlier)["metrics"] is None
     same = {**earlier, "dashboard_path": "/#/jobs/verl-gke-test-grpo-0123456789ab-a1"}
     assert job_provider._observed(Attempt(), info, same)["metrics"] == {"step": 35.0}
+
+
+def test_following_an_attempt_lost_with_the_head_fails_up_with_what_to_do(monkeypatch):
+    """An attempt whose record is gone (the head restarted, its job table with it) fails the
+    wait after a short margin, saying so and what to run, instead of polling for ever."""
+    from components.ray import following
+
+    class Lost:
+        submission_id = "verl-gke-test-grpo-0123456789ab-a0"
+
+        def info(self):
+            return None
+
+        def where(self) -> str:
+            return f"Ray job {self.submission_id}"
+
+    monkeypatch.setattr(following, "MISSING_S", 0.05)
+    with pytest.raises(RayAccessError, match="no longer exists in Ray.*pulumi refresh"):
+        following.poll(Lost(), frozenset({"SUCCEEDED"}), time.monotonic() + 5, POLICY)

@@ -251,8 +251,8 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         run = jobs.submission_id
         for _ in range(3):
             listing = jobs.list_jobs()
-            live = [info for info in [*protocol.attempts(listing, run).values(),
-                                      *protocol.attempts(listing, protocol.export_run(run)).values()]
+            runs = (run, protocol.export_run(run))
+            live = [info for one in runs for info in protocol.attempts(listing, one).values()
                     if info["status"] not in TERMINAL]
             if not live:
                 return
