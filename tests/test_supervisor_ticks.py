@@ -389,3 +389,23 @@ def test_a_run_deleted_and_created_again_is_followed_again(world):
     assert record["attempt"] == 1 and record["status"] == "RUNNING" and not record["ended"]
     ray.finish(a1, "FAILED")
     assert tick(ray, cluster, spec())["attempt"] == 2  # followed again: retried
+
+
+def test_a_tick_that_dies_before_its_deadline_stop_is_finished_by_the_next(world, monkeypatch):
+    """The deadline's stop is saved (ended, stopped) before the POST: when the tick dies in
+    between, the next one makes the stop and then releases the GPUs, instead of leaving a run
+    past its deadline running (review finding 4)."""
+    ray, cluster = world
+    a0 = submit(ray)
+    ray.run(a0)
+    from tests.fakes import ray_jobs
+
+    monkeypatch.setattr(ray_jobs.FakeJobs, "stop",
+                        lambda self: (_ for _ in ()).throw(OSError("pod killed")))
+    with pytest.raises(OSError):
+        tick(ray, cluster, spec(), now=ray.clock + 3601)
+    monkeypatch.undo()
+    assert ray.records[a0]["status"] == "RUNNING"
+    tick(ray, cluster, spec(), now=ray.clock + 3700)
+    assert ray.records[a0]["status"] == "STOPPED"
+    assert tick(ray, cluster, spec(), now=ray.clock + 3800)["released"]

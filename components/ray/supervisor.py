@@ -272,6 +272,9 @@ class _Tick:
             if step is not None:
                 record.update(step=step, step_attempt=newest)
         if record.get("ended"):
+            stopped = record.get("stopped") or {}
+            if info["status"] not in TERMINAL and stopped.get("attempt") == newest:
+                self._stop(jobs, stopped["reason"])  # a dead tick's deadline stop: finish it
             return
         if info["status"] not in TERMINAL:
             self._follow(jobs, info)
