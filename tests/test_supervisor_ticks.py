@@ -409,3 +409,67 @@ def test_a_tick_that_dies_before_its_deadline_stop_is_finished_by_the_next(world
     tick(ray, cluster, spec(), now=ray.clock + 3700)
     assert ray.records[a0]["status"] == "STOPPED"
     assert tick(ray, cluster, spec(), now=ray.clock + 3800)["released"]
+
+
+def test_a_mark_written_while_a_tick_releases_never_lets_the_release_hit_the_new_run(
+    world, monkeypatch
+):
+    """The old run's tick reads the mark, then `pulumi up` marks the new run: the tick's
+    release intent is written only if the state is unchanged since its last read (a conditional
+    write), so it fails, nothing is suspended, and the next tick stands down (review finding 2).
+    """
+    ray, cluster = world
+    a0 = submit(ray)
+    ray.finish(a0, "SUCCEEDED")
+    real_state, reads = cluster.state, []
+
+    def state_then_new_mark():
+        found = real_state()
+        reads.append(found)
+        if len(reads) == 2:  # the release's own read: the provider marks right after it
+            cluster.mark({"run": "verl-gke-test-grpo-ba9876543210", "at": 9.0, "ended": None})
+        return found
+
+    monkeypatch.setattr(cluster, "state", state_then_new_mark)
+    with pytest.raises(OSError, match="409"):
+        tick(ray, cluster, spec())
+    monkeypatch.undo()
+    assert not cluster.suspended()
+    record = tick(ray, cluster, spec())
+    assert not cluster.suspended() and "superseded" in record["state"]
+
+
+def test_the_provider_waits_for_a_release_in_flight_before_it_resumes(world, tmp_path,
+                                                                       monkeypatch):
+    """A release intent saved before the provider's mark: `up` waits until the supervisor has
+    suspended the cluster and recorded it, and only then resumes it for the new run (so the
+    suspend cannot land under the new run)."""
+    import os
+    import threading
+    from pathlib import Path
+
+    from components.ray.job_provider import GrpoJobProvider
+    from components.ray.ray_access import RequestPolicy
+
+    ray, cluster = world
+    monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fakes'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_KUBECTL_OBJECTS", str(cluster.directory))
+    cluster.save({"submission_id": RUN, "status": "SUCCEEDED",
+                  "intent": {"action": "release", "reason": "SUCCEEDED"}})
+
+    def supervisor_finishes_its_release():
+        cluster.suspend()
+        cluster.save({"submission_id": RUN, "status": "SUCCEEDED", "released": True})
+
+    timer = threading.Timer(0.5, supervisor_finishes_its_release)
+    timer.start()
+    said: list[str] = []
+    provider = GrpoJobProvider(RequestPolicy(poll_max_s=0.1), say=said.append)
+    props = {"submission_id": "verl-gke-test-grpo-ba9876543210", "timeout_s": 30,
+             "access": {"kubeconfig": "apiVersion: v1\n", "namespace": "verl",
+                        "ray_cluster": "rc", "state": "grpo-supervisor-state"}}
+    provider._await_release(props)
+    timer.join()
+    assert cluster.suspended()  # the suspend landed before `up` went on
+    assert provider._gate(props, resume=True) is False and not cluster.suspended()
+    assert any("waiting for the supervisor to finish releasing" in line for line in said)

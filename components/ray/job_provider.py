@@ -114,11 +114,12 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         return dynamic.CheckResult(news, failures)
 
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        self._mark(props)
+        self._await_release(props)
         self._gate(props, resume=True)
         with open_dashboard(props["access"], self.policy) as dashboard:
             jobs = RayJobs(dashboard, props["submission_id"], self.policy)
             progress = self._progress(jobs)
-            self._mark(props)
             number = _submit_or_adopt(jobs, props, progress, self._record(props))
             outs = self._follow(jobs, props, progress, number)
         return dynamic.CreateResult(props["submission_id"], outs)
@@ -145,6 +146,9 @@ class GrpoJobProvider(dynamic.ResourceProvider):
             # differently needs no Ray, and must not bring the GPUs back.
             return dynamic.UpdateResult({**olds, **news, **_from_record(released, olds),
                                          "job_state": ""})
+        if olds.get("status") in RESUBMITTABLE or exporting:
+            self._mark(news)  # this run is the stack's, and `up` acts on it: see _await_release
+            self._await_release(news)
         self._gate(news, resume=True)
         with open_dashboard(news["access"], self.policy) as dashboard:
             jobs = RayJobs(dashboard, news["submission_id"], self.policy)
@@ -153,13 +157,11 @@ class GrpoJobProvider(dynamic.ResourceProvider):
             if olds.get("status") in RESUBMITTABLE:
                 # What the preview announced: the refreshed state said FAILED or STOPPED. Ray is
                 # asked again, so a job someone resubmitted meanwhile is adopted, not doubled.
-                self._mark(news)
                 number = _submit_or_adopt(jobs, news, progress, record)
             elif released is not None:
                 # Released after the run SUCCEEDED, its export not done: the cluster was resumed
                 # above (a new head, an empty job table); export, and the supervisor releases
                 # the GPUs again once the export SUCCEEDED.
-                self._mark(news)
                 outs = {**olds, **news, **_from_record(released, olds), "job_state": ""}
                 outs["export_status"] = export.run_export(
                     jobs, news, self.policy, progress, released.get("export_attempt"))
@@ -169,8 +171,6 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 return dynamic.UpdateResult(outs)
             else:
                 number = _newest(jobs, record)
-                if exporting:
-                    self._mark(news)
             outs = self._follow(jobs, {**olds, **news}, progress, number)
         return dynamic.UpdateResult(outs)
 
@@ -290,6 +290,34 @@ class GrpoJobProvider(dynamic.ResourceProvider):
             if ended and (cluster.mark() or {}).get("run") not in (None, run):
                 return
             cluster.write_mark({"run": run, "at": time.time(), "ended": ended})
+
+    def _await_release(self, props: dict[str, Any]) -> None:
+        """Wait while the supervisor is releasing the GPUs (its record holds a release intent):
+        it saved that intent only if the state was unchanged since it last read the mark, so
+        a mark written after it has to let the suspend land before the gate resumes the
+        cluster, or the new run would be suspended under it. A tick that died with the intent
+        is finished (or dropped, for a run no longer the stack's) by the next, within one
+        period of the CronJob."""
+        with open_cluster(props.get("access") or {}, self.policy) as cluster:
+            if cluster is None:
+                return
+            deadline = time.monotonic() + float(props["timeout_s"])
+            said = False
+            while ((record := cluster.record() or {}).get("intent") or {}).get(
+                    "action") == "release":
+                if time.monotonic() > deadline:
+                    raise RayAccessError(
+                        "the supervisor has been releasing the GPUs of "
+                        f"{record.get('submission_id')} since before the deadline; check its "
+                        "CronJob (`kubectl get jobs -l app.kubernetes.io/name=verl-gke-supervisor`)"
+                        " and run `pulumi up` again"
+                    )
+                if not said:
+                    (self.say or pulumi.log.info)(
+                        f"waiting for the supervisor to finish releasing the GPUs of "
+                        f"{record.get('submission_id')}, then bringing them back")
+                    said = True
+                time.sleep(self.policy.poll_max_s)
 
     def _gate(self, props: dict[str, Any], resume: bool) -> bool:
         """kube.gate: True when the cluster is suspended (and left so)."""

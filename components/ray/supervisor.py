@@ -114,11 +114,14 @@ class Cluster(Protocol):
     """Where the supervisor keeps its record, and the RayCluster it may suspend."""
 
     def state(self) -> dict[str, Any]:
-        """The state ConfigMap's data, parsed: {RECORD_KEY: ..., MARK_KEY: ...} (None if unset).
-        """
+        """The state ConfigMap's data, parsed: {RECORD_KEY: ..., MARK_KEY: ...} (None if unset),
+        and its "version" (metadata.resourceVersion)."""
         ...
 
-    def save(self, record: dict[str, Any]) -> None: ...
+    def save(self, record: dict[str, Any], version: str | None = None) -> None:
+        """Write the record; with `version`, only if the ConfigMap is still at that version
+        (else an error: someone, i.e. the provider, wrote in between)."""
+        ...
 
     def suspend(self) -> None: ...
 
@@ -137,12 +140,21 @@ class InCluster:
         self._tls = ssl.create_default_context(cafile=f"{_SERVICE_ACCOUNT}/ca.crt")
 
     def state(self) -> dict[str, Any]:
-        return parse_state(self._call("GET", self._state).get("data") or {})
+        found = self._call("GET", self._state)
+        return {**parse_state(found.get("data") or {}),
+                "version": (found.get("metadata") or {}).get("resourceVersion")}
 
-    def save(self, record: dict[str, Any]) -> None:
+    def save(self, record: dict[str, Any], version: str | None = None) -> None:
         # Only the record key: the provider's mark (protocol.MARK_KEY) is another key of the
-        # same ConfigMap, which a JSON merge patch leaves as it is (RFC 7386).
-        self._call("PATCH", self._state, {"data": {protocol.RECORD_KEY: json.dumps(record)}})
+        # same ConfigMap, which a JSON merge patch leaves as it is (RFC 7386). A resourceVersion
+        # in the patched object makes the write conditional: the API server answers 409
+        # Conflict when the stored object has another one (k8s.io/apiserver
+        # pkg/registry/generic/registry/store.go Update, OptimisticLockErrorMsg), which
+        # urllib raises as an HTTPError (an OSError): the tick ends, the next one looks again.
+        body: dict[str, Any] = {"data": {protocol.RECORD_KEY: json.dumps(record)}}
+        if version is not None:
+            body["metadata"] = {"resourceVersion": version}
+        self._call("PATCH", self._state, body)
 
     def suspend(self) -> None:
         # spec.suspend only: a field Pulumi's manifest never sets, so no apply conflict; never
@@ -463,7 +475,13 @@ class _Tick:
         return False
 
     def _release(self, reason: str) -> None:
-        """Suspend the RayCluster, unless a job of anyone else still runs on it."""
+        """Suspend the RayCluster, unless a job of anyone else still runs on it, or the provider
+        has marked another run (or an ending) since this tick began.
+
+        The release intent is saved only if the state ConfigMap is unchanged since the mark was
+        read again (a conditional write): a provider that marks a new run after that sees the
+        intent and waits until the release is done before it resumes the cluster and submits
+        (GrpoJobProvider._await_release), so a new run is never suspended by an old one."""
         record = self.record
         if (record.get("intent") or {}).get("action") != "release":
             live = [job["submission_id"] for job in self.ray(self.run_id).list_jobs()
@@ -471,8 +489,13 @@ class _Tick:
             if live:
                 self.say(f"not releasing the GPUs yet: {', '.join(live)} still runs")
                 return
+            fresh = self.cluster.state()
+            why_not = protocol.not_ours(self.run_id, fresh.get(protocol.MARK_KEY))
+            if why_not:
+                self.say(f"not releasing the GPUs: {why_not}")
+                return
             record["intent"] = {"action": "release", "reason": reason}
-            self._save()
+            self._save(version=fresh.get("version"))
         self.say(f"{reason}; suspending the RayCluster")
         self.cluster.suspend()
         record.update(released=True, released_at=self.now(), released_reason=reason, intent=None)
@@ -516,13 +539,16 @@ class _Tick:
             metrics = protocol.last_metrics(jobs.log_tail(_LOG_LINES_FLOOD, info))
         return metrics
 
-    def _save(self) -> dict[str, Any]:
+    def _save(self, version: str | None = None) -> dict[str, Any]:
         record = self.record
         if (record.get("ended") or record.get("released")) and "settled_mark" not in record:
             record["settled_mark"] = self.mark.get("at")  # the mark as it was when it ended here
         record["updated"] = self.now()
         record["state"] = protocol.describe(record)
-        self.cluster.save(record)
+        if version is None:
+            self.cluster.save(record)
+        else:
+            self.cluster.save(record, version)
         return record
 
 

@@ -8,6 +8,7 @@ what the job's provider reads on refresh, as both would through the API server.
 from __future__ import annotations
 
 import json
+import urllib.error
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ class FileCluster:
         self.cluster_path = directory / f"raycluster-{ray_cluster}.json"
         directory.mkdir(parents=True, exist_ok=True)
         # What Pulumi creates: an empty state ConfigMap and a ready RayCluster without suspend.
-        self.state_path.write_text(json.dumps({"metadata": {"name": state}}))
+        self.state_path.write_text(json.dumps({"metadata": {"name": state,
+                                                            "resourceVersion": "1"}}))
         self.cluster_path.write_text(json.dumps(
             {"metadata": {"name": ray_cluster}, "spec": {}, "status": {"state": "ready"}}))
         self.suspends = 0
@@ -32,21 +34,34 @@ class FileCluster:
         a ConfigMap that is gone fails as the API server's 404 does (an OSError there)."""
         if not self.state_path.exists():
             raise FileNotFoundError(f"{self.state_path.name}: NotFound")
-        return parse_state(json.loads(self.state_path.read_text()).get("data") or {})
+        obj = json.loads(self.state_path.read_text())
+        return {**parse_state(obj.get("data") or {}),
+                "version": obj.get("metadata", {}).get("resourceVersion")}
 
     def record(self) -> dict[str, Any] | None:
         return self.state()[RECORD_KEY]
 
-    def save(self, record: dict[str, Any]) -> None:
-        """A merge patch of the record key alone (supervisor.InCluster.save)."""
+    def save(self, record: dict[str, Any], version: str | None = None) -> None:
+        """A merge patch of the record key alone (supervisor.InCluster.save); with `version`,
+        conditional as the API server makes it: 409 Conflict when the stored resourceVersion
+        differs (k8s.io/apiserver pkg/registry/generic/registry/store.go Update)."""
         obj = json.loads(self.state_path.read_text())
+        if version is not None and obj.get("metadata", {}).get("resourceVersion") != version:
+            raise urllib.error.HTTPError(str(self.state_path), 409, "Conflict", None, None)
         obj.setdefault("data", {})[RECORD_KEY] = json.dumps(record)
-        self.state_path.write_text(json.dumps(obj))
+        self._write(obj)
 
     def mark(self, mark: dict[str, Any]) -> None:
         """What the provider writes (kube.ClusterState.write_mark), for tests that stage it."""
         obj = json.loads(self.state_path.read_text())
         obj.setdefault("data", {})[MARK_KEY] = json.dumps(mark)
+        self._write(obj)
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        """Every write moves metadata.resourceVersion, as the API server's does (an opaque
+        string; here a counter)."""
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
         self.state_path.write_text(json.dumps(obj))
 
     def suspend(self) -> None:
