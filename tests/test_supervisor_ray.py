@@ -93,7 +93,7 @@ def cluster(tmp_path, ray_head, monkeypatch):
 def ticker(ray_head, said: list[str]):
     def tick(spec: dict, cluster: FileCluster) -> dict:
         return supervisor.tick(spec, lambda sid: supervisor.RayHttp(
-            ray_head.dashboard_url, sid, timeout_s=5), cluster, said.append)
+            ray_head.dashboard_url, sid), cluster, said.append)  # the production 15 s
     return tick
 
 

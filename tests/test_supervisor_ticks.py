@@ -461,7 +461,7 @@ def test_the_provider_waits_for_a_release_in_flight_before_it_resumes(world, tmp
         cluster.suspend()
         cluster.save({"submission_id": RUN, "status": "SUCCEEDED", "released": True})
 
-    timer = threading.Timer(0.5, supervisor_finishes_its_release)
+    timer = threading.Timer(1.5, supervisor_finishes_its_release)
     timer.start()
     said: list[str] = []
     provider = GrpoJobProvider(RequestPolicy(poll_max_s=0.1), say=said.append)

@@ -8,6 +8,7 @@ what the job's provider reads on refresh, as both would through the API server.
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ class FileCluster:
         string; here a counter)."""
         meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
-        self.state_path.write_text(json.dumps(obj))
+        _replace(self.state_path, obj)
 
     def suspend(self) -> None:
         """A merge patch of spec.suspend; the reply is the stored object, checked as
@@ -71,14 +72,22 @@ class FileCluster:
         obj = json.loads(self.cluster_path.read_text())
         obj["spec"]["suspend"] = True
         obj["status"]["state"] = "suspended"
-        self.cluster_path.write_text(json.dumps(obj))
+        _replace(self.cluster_path, obj)
         check_suspended(obj)
 
     def resume(self) -> None:
         obj = json.loads(self.cluster_path.read_text())
         obj["spec"]["suspend"] = False
         obj["status"]["state"] = "ready"
-        self.cluster_path.write_text(json.dumps(obj))
+        _replace(self.cluster_path, obj)
 
     def suspended(self) -> bool:
         return json.loads(self.cluster_path.read_text())["spec"].get("suspend") is True
+
+
+def _replace(path: Path, obj: dict[str, Any]) -> None:
+    """Write a whole object at once, as the API server stores one: a concurrent reader (the
+    fake kubectl in the provider's process) sees the old or the new object, never half."""
+    partial = path.with_suffix(f".{os.getpid()}.partial")
+    partial.write_text(json.dumps(obj))
+    os.replace(partial, path)
