@@ -115,12 +115,12 @@ class GrpoJobProvider(dynamic.ResourceProvider):
 
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
         self._mark(props)
-        self._await_release(props)
+        record = self._await_release(props)
         self._gate(props, resume=True)
         with open_dashboard(props["access"], self.policy) as dashboard:
             jobs = RayJobs(dashboard, props["submission_id"], self.policy)
             progress = self._progress(jobs)
-            number = _submit_or_adopt(jobs, props, progress, self._record(props))
+            number = _submit_or_adopt(jobs, props, progress, record)
             outs = self._follow(jobs, props, progress, number)
         return dynamic.CreateResult(props["submission_id"], outs)
 
@@ -146,14 +146,14 @@ class GrpoJobProvider(dynamic.ResourceProvider):
             # differently needs no Ray, and must not bring the GPUs back.
             return dynamic.UpdateResult({**olds, **news, **_from_record(released, olds),
                                          "job_state": ""})
+        record = released or {}
         if olds.get("status") in RESUBMITTABLE or exporting:
             self._mark(news)  # this run is the stack's, and `up` acts on it: see _await_release
-            self._await_release(news)
+            record = self._await_release(news)
         self._gate(news, resume=True)
         with open_dashboard(news["access"], self.policy) as dashboard:
             jobs = RayJobs(dashboard, news["submission_id"], self.policy)
             progress = self._progress(jobs)
-            record = self._record(news)
             if olds.get("status") in RESUBMITTABLE:
                 # What the preview announced: the refreshed state said FAILED or STOPPED. Ray is
                 # asked again, so a job someone resubmitted meanwhile is adopted, not doubled.
@@ -272,13 +272,6 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 return record
         return None
 
-    def _record(self, props: dict[str, Any]) -> dict[str, Any]:
-        """The supervisor's record of this run ({} if none): the attempts it knows of when
-        Ray's job table was lost with the head."""
-        with open_cluster(props.get("access") or {}, self.policy) as cluster:
-            record = (cluster.record() if cluster else None) or {}
-        return record if record.get("submission_id") == props.get("submission_id") else {}
-
     def _mark(self, props: dict[str, Any], ended: str | None = None) -> None:
         """Write the provider's mark into the supervisor's state (protocol.MARK_KEY): this run
         is the stack's, or it ended. An ending is written only over this run's own mark (an
@@ -287,20 +280,22 @@ class GrpoJobProvider(dynamic.ResourceProvider):
             if cluster is None:
                 return
             run = props["submission_id"]
+            # Read first only for an ending (one kubectl call fewer on every create and update).
             if ended and (cluster.mark() or {}).get("run") not in (None, run):
                 return
             cluster.write_mark({"run": run, "at": time.time(), "ended": ended})
 
-    def _await_release(self, props: dict[str, Any]) -> None:
+    def _await_release(self, props: dict[str, Any]) -> dict[str, Any]:
         """Wait while the supervisor is releasing the GPUs (its record holds a release intent):
         it saved that intent only if the state was unchanged since it last read the mark, so
         a mark written after it has to let the suspend land before the gate resumes the
         cluster, or the new run would be suspended under it. A tick that died with the intent
         is finished (or dropped, for a run no longer the stack's) by the next, within one
-        period of the CronJob."""
+        period of the CronJob. Returns the supervisor's record of this run ({} if none): the
+        attempts it knows of when Ray's job table was lost with the head."""
         with open_cluster(props.get("access") or {}, self.policy) as cluster:
             if cluster is None:
-                return
+                return {}
             deadline = time.monotonic() + float(props["timeout_s"])
             said = False
             while ((record := cluster.record() or {}).get("intent") or {}).get(
@@ -318,6 +313,8 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                         f"{record.get('submission_id')}, then bringing them back")
                     said = True
                 time.sleep(self.policy.poll_max_s)
+        ours = record.get("submission_id") == props.get("submission_id")
+        return record if ours else {}
 
     def _gate(self, props: dict[str, Any], resume: bool) -> bool:
         """kube.gate: True when the cluster is suspended (and left so)."""
