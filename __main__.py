@@ -429,6 +429,8 @@ pulumi.export(
         "busBandwidthGbs": check.bus_bandwidth_gbs,
         "readMbps": check.read_mbps,
         "inventory": check.inventory,
+        "expectedBusBandwidthGbs": check.expected_bus_bandwidth_gbs,
+        "minBusBandwidthGbs": check.min_bus_bandwidth_gbs,
     }
     if check
     else {"status": "SKIPPED"},

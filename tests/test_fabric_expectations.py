@@ -9,7 +9,8 @@ import pytest
 from components.facts.expectations import (
     EXPECTATIONS, FLOOR_FRACTION, HEALTHY_FRACTION, network_busbw_bound_gbs,
 )
-from components.facts.hardware import Target
+from components.facts.hardware import Target, profile
+from components.ray import cluster_check
 
 # Cluster Toolkit examples/gke-a4/README.md (commit 2c54caab): two a4-highgpu-8g nodes, 16
 # ranks, out-of-place busbw at 1 GiB, the cluster check's message size.
@@ -49,3 +50,49 @@ def test_the_bound_is_every_nic_of_a_node_at_line_rate():
         assert expected.min_busbw_gbs == pytest.approx(
             expected.network_busbw_gbs * HEALTHY_FRACTION * FLOOR_FRACTION, abs=0.1
         )
+
+
+def _deployed(busbw: float) -> dict:
+    """A ClusterCheckRun's outputs as a deployed stack holds them, checked at the old 25 GB/s
+    floor (before this program took its floors from a healthy figure)."""
+    want = cluster_check.expected(_args())
+    old = {**{k: v for k, v in want.items() if k != "healthy_busbw_gbs"}, "min_busbw_gbs": 25.0}
+    return {"submission_id": "verl-gke-a4-check-old", "entrypoint": "python3 -c ...",
+            "runtime_env": {}, "expected": old, "access": {}, "timeout_s": 1260,
+            "metadata": {}, "version": cluster_check.PROVIDER_VERSION, "status": "PASSED",
+            "bus_bandwidth_gbs": busbw, "read_mbps": 900.0, "world_size": 16, "inventory": []}
+
+
+def _args() -> cluster_check.ClusterCheckArgs:
+    return cluster_check.ClusterCheckArgs(
+        profile=profile("a4"), nodes=2, model_path="/data/m", runtime_env={}, namespace="default",
+        head_service="h",
+    )
+
+
+def test_new_floors_judge_the_last_measurement_without_running_the_check_again():
+    """A program upgrade that only moves the floors does not re-run the check (a re-run stops
+    the training job first): the diff is an update, and the update holds the measurement made
+    to the new floor, failing `up` with the figures and the fix when it falls short."""
+    provider = cluster_check.ClusterCheckProvider()
+    news = {**_deployed(0.0), "expected": cluster_check.expected(_args()),
+            "submission_id": "verl-gke-a4-check-new"}
+    news = {k: v for k, v in news.items() if k not in ("status", "bus_bandwidth_gbs")}
+    healthy = _deployed(352.0)
+    diff = provider.diff("verl-gke-a4-check-old", healthy, news)
+    assert diff.changes and not diff.replaces
+    assert provider.update("verl-gke-a4-check-old", healthy, news).outs["bus_bandwidth_gbs"] == 352.0
+    with pytest.raises(cluster_check.RayAccessError, match=r"130 GB/s is below the a4 floor of 215"):
+        provider.update("verl-gke-a4-check-old", _deployed(130.0), news)
+    reshaped = {**news, "expected": {**news["expected"], "nodes": 4}}
+    assert provider.diff("verl-gke-a4-check-old", healthy, reshaped).replaces == ["submission_id", "expected"]
+
+
+def test_the_check_reports_its_figure_against_a_healthy_clusters():
+    """The check's summary line and the stack outputs put the measured bus bandwidth next to a
+    healthy cluster's and the floor."""
+    want = cluster_check.expected(_args())
+    measured = {"inventory": [{"node": "n", "gpus": 8, "names": []}] * 2,
+                "allReduce": {"busbw_gbs": 179.0, "world_size": 16}, "read": {"mbps": 900.0, "path": "/data/m"}}
+    line = cluster_check.summary(measured, want)
+    assert "179.0 GB/s over 16 ranks (50% of a healthy a4's 358.3 GB/s, floor 215)" in line

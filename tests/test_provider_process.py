@@ -34,6 +34,7 @@ from components.unknowns import is_unknown
 from components.guards import BucketIdentityProvider, moves
 from components.ray import cluster_check, job_provider
 from components.ray.grpo_job import deterministic_id
+from components.ray.protocol import attempt_id
 from tests.local_ray import list_jobs
 from tests.provider_process import (
     DIFF_SOME,
@@ -92,14 +93,15 @@ def stand_ins(registrations: list[Registration]) -> list[Registration]:
 
 
 def rechecked(registrations: list[Registration]) -> list[Registration]:
-    """The registrations after a change that re-checks the cluster (new floors: a new
-    `expected` and the submission id the program derives from it, components/ray/
-    cluster_check.py check_inputs) and turns deletion protection off (the guard's `protected`)."""
+    """The registrations after a change that re-checks the cluster (a new expectation of what
+    the cluster holds: a new `expected` and the submission id the program derives from it,
+    components/ray/cluster_check.py check_inputs; new floors alone judge the last measurement
+    instead) and turns deletion protection off (the guard's `protected`)."""
     changed = []
     for registration in registrations:
         if registration.name == CHECK:
             before = registration.inputs
-            expected = {**before["expected"], "min_read_mbps": 150.0}
+            expected = {**before["expected"], "gpu_name": "NVIDIA " + before["expected"]["gpu_name"]}
             new_id = deterministic_id("a4", "cluster-check", {
                 "entrypoint": before["entrypoint"], "env": before["runtime_env"],
                 "expected": expected})
@@ -244,7 +246,7 @@ def test_up_creates_every_resource_through_the_process(lifecycle):
     assert "cluster check passed: 2 nodes, 16 GPUs" in said and "first step after" in said
     jobs = {job["submission_id"]: job["status"] for job in lifecycle.ray["up"]}
     assert jobs == {outputs[CHECK]["submission_id"]: "SUCCEEDED",
-                    outputs[JOB]["submission_id"]: "RUNNING"}
+                    attempt_id(outputs[JOB]["submission_id"], 0): "RUNNING"}
     forwards = [json.loads(line) for line in
                 (lifecycle.deployment.logs / "kubectl.jsonl").read_text().splitlines()]
     service = next(r for r in lifecycle.registrations if r.name == JOB).inputs["access"]["service"]
@@ -316,22 +318,34 @@ def test_a_recheck_deletes_the_job_before_the_check_and_creates_both_again(lifec
     assert outputs[CHECK]["submission_id"] != lifecycle.states["up"][CHECK]["submission_id"]
     assert outputs[GUARD]["protected"] is False
     jobs = {job["submission_id"]: job for job in lifecycle.ray["re-check"]}
-    new_check, job = jobs[outputs[CHECK]["submission_id"]], jobs[outputs[JOB]["submission_id"]]
+    new_check = jobs[outputs[CHECK]["submission_id"]]
+    attempts = _attempts(jobs, outputs[JOB]["submission_id"])
+    job = attempts[-1]
     assert new_check["status"] == "SUCCEEDED" and job["status"] == "RUNNING"
-    # The job's record was deleted with it and submitted again after the new check.
+    # The run was stopped with the job's delete (every earlier attempt STOPPED, kept: one Ray
+    # job per attempt), and its next attempt submitted after the new check.
+    assert [a["status"] for a in attempts[:-1]] and {a["status"] for a in attempts[:-1]} == {"STOPPED"}
     assert job["start_time"] >= new_check["end_time"]
 
 
 def test_destroy_deletes_dependents_first_and_leaves_nothing_running(lifecycle):
-    """Delete in reverse order, the guard first; the job is stopped and its record deleted,
-    the checks' records stay (finished measurements), and no port-forward is left running."""
+    """Delete in reverse order, the guard first; every attempt of the job is stopped (records
+    stay: one Ray job per attempt), the checks' records stay (finished measurements), nothing
+    is left running on Ray, and no port-forward is left running."""
     assert lifecycle.calls["destroy"] == [("delete", name) for name in reversed(NAMES)]
     assert lifecycle.deployment.state == {}
-    left = {job["submission_id"]: job["status"] for job in lifecycle.ray["destroy"]}
-    assert lifecycle.states["re-check"][JOB]["submission_id"] not in left
-    assert set(left.values()) == {"SUCCEEDED"}
+    left = {job["submission_id"]: job for job in lifecycle.ray["destroy"]}
+    run = _attempts(left, lifecycle.states["re-check"][JOB]["submission_id"])
+    assert run and {job["status"] for job in run} == {"STOPPED"}
+    assert {job["status"] for job in left.values()} <= {"SUCCEEDED", "STOPPED"}
     log = lifecycle.deployment.logs / "kubectl.jsonl"
     assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _runs_fake_for(pid, log)]
+
+
+def _attempts(jobs: dict[str, dict], run_id: str) -> list[dict]:
+    """The run's attempts (components/ray/protocol.py attempt_id), oldest first."""
+    found = {n: jobs[attempt_id(run_id, n)] for n in range(16) if attempt_id(run_id, n) in jobs}
+    return [found[n] for n in sorted(found)]
 
 
 def _runs_fake_for(pid: str, log: Path) -> bool:

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import pulumi
 import pulumi.dynamic as dynamic
 
+from components import unknowns
 from components.facts.expectations import EXPECTATIONS, MIN_READ_MBPS
 from components.facts.hardware import HardwareProfile
 from components.facts.layout import DASHBOARD_PORT
@@ -52,8 +53,13 @@ SCRIPT = Path(__file__).parent / "checks" / "cluster_check_script.py"
 # script imports ray, which would add a second to every `pulumi preview`.
 RESULT_PREFIX = "VERL_GKE_CLUSTER_CHECK "
 PROVIDER_VERSION = "2"
-# Inputs that define a check: any change runs it again (a new job under a new id).
+# Inputs that define a check: any change runs it again (a new job under a new id), except a
+# change of `expected`'s floors alone (_FLOOR_KEYS).
 _REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected")
+# A new floor judges the measurement already made, in `update`, instead of running the check
+# again: a re-run stops the training job first (its `checked` input depends on the check), which
+# a program upgrade that only moved a floor should not do to a run in progress.
+_FLOOR_KEYS = ("min_busbw_gbs", "healthy_busbw_gbs", "min_read_mbps")
 _OUTPUT_KEYS = ("status", "inventory", "bus_bandwidth_gbs", "read_mbps", "world_size")
 
 
@@ -87,6 +93,10 @@ class ClusterCheck(pulumi.ComponentResource):
     bus_bandwidth_gbs: pulumi.Output[float]
     read_mbps: pulumi.Output[float]
     inventory: pulumi.Output[list]
+    # What the measurement is held to: a healthy cluster's bus bandwidth and the floor
+    # (components/facts/expectations.py), known before the check runs.
+    expected_bus_bandwidth_gbs: float
+    min_bus_bandwidth_gbs: float
 
     def __init__(
         self, name: str, args: ClusterCheckArgs, opts: pulumi.ResourceOptions | None = None
@@ -102,10 +112,14 @@ class ClusterCheck(pulumi.ComponentResource):
         self.bus_bandwidth_gbs = run.bus_bandwidth_gbs
         self.read_mbps = run.read_mbps
         self.inventory = run.inventory
+        self.expected_bus_bandwidth_gbs = inputs["expected"]["healthy_busbw_gbs"]
+        self.min_bus_bandwidth_gbs = inputs["expected"]["min_busbw_gbs"]
         self.register_outputs({
             "checkId": self.check_id, "status": self.status,
             "busBandwidthGbs": self.bus_bandwidth_gbs, "readMbps": self.read_mbps,
             "inventory": self.inventory,
+            "expectedBusBandwidthGbs": self.expected_bus_bandwidth_gbs,
+            "minBusBandwidthGbs": self.min_bus_bandwidth_gbs,
         })
 
 
@@ -130,6 +144,7 @@ def expected(args: ClusterCheckArgs) -> dict[str, Any]:
         "gpus_per_node": args.profile.gpus_per_node,
         "gpu_name": target.gpu_name,
         "min_busbw_gbs": target.min_busbw_gbs,
+        "healthy_busbw_gbs": target.healthy_busbw_gbs,
         "min_read_mbps": MIN_READ_MBPS,
         "nccl_network": target.nccl_network,
         "mnnvl": target.mnnvl,
@@ -212,18 +227,34 @@ class ClusterCheckProvider(dynamic.ResourceProvider):
                 "`pulumi up` again (the check runs again), or set "
                 "verl-gke:job.skipClusterCheck to true to train anyway"
             )
-        progress.say("cluster check passed: " + summary(measured))
+        progress.say("cluster check passed: " + summary(measured, props["expected"]))
         return dynamic.CreateResult(props["submission_id"], {**props, **outputs(measured)})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         changed = [k for k in (*_REPLACE_KEYS, "access", "timeout_s", "metadata", "version")
                    if olds.get(k) != news.get(k)]
+        replaces = [k for k in changed if k in _REPLACE_KEYS]
+        # Only the floors moved (the submission id follows `expected`, check_inputs): `update`
+        # judges the measurement already made; the resource keeps its id, the job that made it.
+        if set(replaces) <= {"expected", "submission_id"} and not unknowns.is_unknown(
+            news.get("submission_id")
+        ) and _shape(olds.get("expected")) == _shape(news.get("expected")):
+            replaces = []
         return dynamic.DiffResult(
-            changes=bool(changed), replaces=[k for k in changed if k in _REPLACE_KEYS],
-            delete_before_replace=True,
+            changes=bool(changed), replaces=replaces, delete_before_replace=True,
         )
 
     def update(self, _id: str, _olds: dict, news: dict[str, Any]) -> dynamic.UpdateResult:
+        problems = _floor_problems(_olds, news["expected"])
+        if problems:
+            raise RayAccessError(
+                f"the cluster check ({_id}) measured, when it last ran, less than the new floors "
+                "of this program:\n- " + "\n- ".join(problems) + "\nRun the check again on "
+                "the cluster as it is now (`pulumi up --replace <the ClusterCheckRun's URN>`, "
+                "`pulumi stack --show-urns` lists it; it stops the training job first, which "
+                "then resumes from its checkpoints), or set verl-gke:job.skipClusterCheck to "
+                "true to train anyway"
+            )
         return dynamic.UpdateResult({**_olds, **{k: news[k] for k in news if k not in _OUTPUT_KEYS}})
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
@@ -290,13 +321,43 @@ def outputs(measured: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def summary(measured: dict[str, Any]) -> str:
+def summary(measured: dict[str, Any], want: dict[str, Any]) -> str:
+    """One line: what was measured, the bus bandwidth against a healthy cluster's and the floor."""
     gpus = sum(node["gpus"] for node in measured["inventory"])
+    busbw = measured["allReduce"]["busbw_gbs"]
+    healthy = want.get("healthy_busbw_gbs")
+    against = (
+        f" ({busbw / healthy:.0%} of a healthy {want['target']}'s {healthy:g} GB/s, floor "
+        f"{want['min_busbw_gbs']:g})" if healthy else ""
+    )
     return (
         f"{len(measured['inventory'])} nodes, {gpus} GPUs; all-reduce bus bandwidth "
-        f"{measured['allReduce']['busbw_gbs']:.1f} GB/s over {measured['allReduce']['world_size']}"
-        f" ranks; read {measured['read']['mbps']:.0f} MB/s from {measured['read']['path']}"
+        f"{busbw:.1f} GB/s over {measured['allReduce']['world_size']} ranks{against}; read "
+        f"{measured['read']['mbps']:.0f} MB/s from {measured['read']['path']}"
     )
+
+
+def _shape(want: Any) -> Any:
+    """`expected` without its floors: what the check measures, not how it is judged. An
+    unknown `expected` (a preview) is its own shape, equal to nothing (components/unknowns.py)."""
+    if not isinstance(want, dict) or unknowns.is_unknown(want):
+        return want
+    return {k: v for k, v in want.items() if k not in _FLOOR_KEYS}
+
+
+def _floor_problems(measured: dict[str, Any], want: dict[str, Any]) -> list[str]:
+    """The stored outputs of a check (bus_bandwidth_gbs, read_mbps) against new floors."""
+    problems = []
+    busbw, read = measured.get("bus_bandwidth_gbs"), measured.get("read_mbps")
+    if busbw is not None and busbw < want["min_busbw_gbs"]:
+        problems.append(
+            f"all-reduce bus bandwidth {busbw:g} GB/s is below the {want['target']} floor of "
+            f"{want['min_busbw_gbs']:g} GB/s (a healthy cluster measures about "
+            f"{want.get('healthy_busbw_gbs', '?')} GB/s): a NIC, a rail or the fabric is slow"
+        )
+    if read is not None and read < want["min_read_mbps"]:
+        problems.append(f"reading the model {read:g} MB/s is below the floor of {want['min_read_mbps']:g} MB/s")
+    return problems
 
 
 def judge(measured: dict[str, Any], want: dict[str, Any]) -> list[str]:
