@@ -21,7 +21,7 @@ from components.schema import names
 from components.schema.choices import Capacity
 from components.schema.observability import observability_problems
 from components.schema.pulumi_forms import NAMESPACE
-from components.schema.run import run_problems
+from components.schema.run import brought_problems, run_problems
 from components.schema.staging import staging_problems
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def cross_field_problems(config: StackConfig) -> list[str]:
     problems += tracker_problems(config)
     if not nodes_problem:  # the run's checks divide by the GPU count
         problems += run_problems(config.run, config.hardware, config.nodes)
+    problems += brought_problems(config.run, config.bucket)
     problems += staging_problems(config.staging)
     problems += observability_problems(config)
     return problems
