@@ -65,7 +65,7 @@ def _plan(workdir: str):
 def planned(tmp_path_factory):
     workdir = _experiment(tmp_path_factory.mktemp("experiment"))
     inputs, recording = _plan(str(workdir))
-    return workdir, recording
+    return workdir, inputs, recording
 
 
 def _overrides(command: str) -> dict[str, str]:
@@ -79,7 +79,7 @@ def test_the_plan_of_a_run_with_its_own_image_workdir_data_and_reward(planned):
     workdirs/<digest of its content>; the job starts there and reads the data, the reward
     (path and name) and the model through the bucket's mount; the nested override arrives as
     one dotted key; staging downloads neither the default model nor GSM8K."""
-    workdir, recording = planned
+    workdir, _, recording = planned
     digest = run_inputs.tree_digest(run_inputs.local_files(workdir))
     mount = f"/data/workdirs/{digest}"
 
@@ -117,6 +117,19 @@ def test_the_plan_of_a_run_with_its_own_image_workdir_data_and_reward(planned):
     env = {e["name"]: e.get("value") for e in
            staging["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["STAGING_SKIP_STEPS"] == "gsm8k,model"
+
+
+def test_the_second_up_of_such_a_run_changes_nothing(planned):
+    """Steady state with a working directory: the uploaded objects read back as sent
+    (tools/readback.py), so an unchanged stack and directory replace and update nothing."""
+    from tools import plan, plan_diff, readback
+
+    _, inputs, recording = planned
+    resources = plan.plan_document("a4", inputs, recording)["resources"]
+    assert OBJECT in {r["type"] for r in resources}
+    after = [readback.state_after_create(r) if r["custom"] else r for r in resources]
+    changes = plan_diff.resource_changes(after, resources, plan_diff.pickled_providers(recording))
+    assert [(c.kind, c.name) for c in changes] == []
 
 
 def test_an_unchanged_directory_names_the_same_objects_a_changed_one_new_ones(tmp_path):
