@@ -282,7 +282,8 @@ if not cfg.run.skip_cluster_check:
         ClusterCheckArgs(
             profile=hw,
             nodes=cfg.nodes,
-            model_path=staging.model_path,
+            # The model the run reads (staging skips the default one when it is not that).
+            model_path=run.model_path,
             runtime_env=effective_env(hw, cfg.nodes),
             namespace=cfg.namespace,
             head_service=ray.head_service,

@@ -113,6 +113,10 @@ def test_the_plan_of_a_run_with_its_own_image_workdir_data_and_reward(planned):
     waits_for = recording.by_urn(job.parent).dependencies
     assert {r.urn for r in objects.values()} <= waits_for
 
+    # The ClusterCheck measures reads of the model the run reads, not of the unstaged default.
+    check = recording.one("pulumi-python:dynamic/verl-gke:ClusterCheckRun").plain_inputs
+    assert "--read-path /data/models/my-7b" in check["entrypoint"]
+
     staging = recording.one("kubernetes:batch/v1:Job", "staging-job").plain_inputs
     env = {e["name"]: e.get("value") for e in
            staging["spec"]["template"]["spec"]["containers"][0]["env"]}
