@@ -136,6 +136,15 @@ def test_the_second_up_of_such_a_run_changes_nothing(planned):
     assert [(c.kind, c.name) for c in changes] == []
 
 
+def test_the_policy_pack_passes_such_a_run(planned):
+    """The uploaded objects follow the pack's rules like every other resource (a fixed object
+    name is replaced delete-first, so a successor is never deleted after it was written)."""
+    from tools import plan, policy_check
+
+    _, inputs, recording = planned
+    assert policy_check.check_plan(plan.plan_document("a4", inputs, recording)) == []
+
+
 def test_an_unchanged_directory_names_the_same_objects_a_changed_one_new_ones(tmp_path):
     """The upload is content-addressed: the digest ignores times and .git, so the same files
     (touched, or in a fresh copy) name the same objects and `up` uploads nothing; one changed

@@ -24,7 +24,7 @@ from pathlib import Path
 import pulumi
 import pulumi_gcp as gcp
 
-from components.options import child_options
+from components.options import child_options, fixed_name
 from components.schema.run_inputs import local_files, tree_digest, uploaded_dir
 
 TYPE_TOKEN = "verl-gke:index:WorkingDirUpload"
@@ -56,7 +56,9 @@ class WorkingDirUpload(pulumi.ComponentResource):
                 bucket=args.bucket_name,
                 name=f"{self.prefix}/{relative}",
                 source=pulumi.FileAsset(str(path)),
-                opts=child_options(self, opts),
+                # Delete first: an object replaced under the same name (the bucket's own
+                # replacement) would otherwise be deleted after its successor was written.
+                opts=fixed_name(child_options(self, opts)),
             )
             for relative, path in files
         ]
