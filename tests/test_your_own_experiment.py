@@ -121,6 +121,7 @@ def test_the_plan_of_a_run_with_its_own_image_workdir_data_and_reward(planned):
     env = {e["name"]: e.get("value") for e in
            staging["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["STAGING_SKIP_STEPS"] == "gsm8k,model"
+    assert "HF_TOKEN" not in env  # no model download: no Secret to read (no hfToken needed)
 
 
 def test_the_second_up_of_such_a_run_changes_nothing(planned):
@@ -216,6 +217,14 @@ def test_what_the_pods_could_not_read_is_refused_with_the_key_and_fix(job, expec
     relative to, a missing directory, and a reward name without its file are config errors."""
     found = problems(job=json.dumps(job))
     assert any(expected in p for p in found), found
+
+
+def test_a_run_that_reads_its_own_model_needs_no_hugging_face_token():
+    """Without a model to download, staging needs no token (verl's clone and GSM8K are
+    public), so hfToken is not required; with the default model it still is."""
+    own = json.dumps({"modelPath": f"gs://{BUCKET}/models/my-7b"})
+    assert load(hfToken=None, bucketName=BUCKET, job=own).hf_token is None
+    assert any("hfToken is not set" in p for p in problems(hfToken=None))
 
 
 def test_staging_downloads_only_what_the_run_reads(tmp_path):

@@ -49,7 +49,9 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             f"{NAMESPACE}:gvnicNetworkPrefix / rdmaNetworkPrefix are set, but target a4x uses "
             "DRANET (GKE creates its networks): remove them"
         )
-    if config.hf_token is None and not config.staging.skip:
+    # model_revision is None when the job reads a model of its own: none is downloaded then.
+    staged_model = config.model_revision is not None
+    if config.hf_token is None and not config.staging.skip and staged_model:
         problems.append(
             f"{NAMESPACE}:hfToken is not set, but the model is staged from Hugging Face: run "
             f"`pulumi config set --secret {NAMESPACE}:hfToken <token>` (a read token from "

@@ -302,7 +302,10 @@ def _pod_spec(
         env=[
             *(k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()),
             k8s.core.v1.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"),
-            token,
+            # Only the model download reads it; without it there may be no Secret to read
+            # (hfToken is not required then, components/schema/config_checks.py), and a
+            # secretKeyRef to a missing Secret keeps the pod from starting.
+            *([] if "model" in args.skip_steps else [token]),
         ],
         resources=k8s.core.v1.ResourceRequirementsArgs(**CONTAINER_RESOURCES),
         volume_mounts=[
