@@ -169,6 +169,19 @@ def test_an_unchanged_directory_names_the_same_objects_a_changed_one_new_ones(tm
     assert run_dir(copy) == before
 
 
+def test_a_working_directory_in_the_bucket_is_read_where_it_is():
+    """A gs:// working directory is not uploaded: the pods read it on the bucket's mount, with
+    the run's relative paths inside it, and its path is part of the run's identity."""
+    run = GrpoRunConfig(working_dir=f"gs://{BUCKET}/experiments/math/", train_files="train.parquet",
+                        reward_function_path="reward.py")
+    placed = run_inputs.placed(run)
+    assert (placed.working_dir, placed.train_files, placed.reward_function_path) == (
+        "/data/experiments/math", "/data/experiments/math/train.parquet",
+        "/data/experiments/math/reward.py")
+    other = run_inputs.placed(run.model_copy(update={"working_dir": f"gs://{BUCKET}/exp2"}))
+    assert run_dir_name(placed, A4, 2) != run_dir_name(other, A4, 2)
+
+
 def test_unset_keys_leave_an_existing_runs_identity_and_command_as_they_were():
     """Runs from before these keys keep their checkpoint directory: an unset image, working
     directory or reward adds nothing to the identity, and the job still starts in verl's source."""
