@@ -96,7 +96,8 @@ def test_the_plan_of_a_run_with_its_own_image_workdir_data_and_reward(planned):
     assert sorted(objects) == [f"workdirs/{digest}/{name}" for name in
                                ("data/test.parquet", "data/train.parquet", "reward.py")]
     assert {r.plain_inputs["bucket"] for r in objects.values()} == {BUCKET}
-    assert objects[f"workdirs/{digest}/reward.py"].inputs["source"].path == str(workdir / "reward.py")
+    reward = objects[f"workdirs/{digest}/reward.py"].plain_inputs["source"]
+    assert reward["path"] == str(workdir / "reward.py")
 
     job = recording.one("pulumi-python:dynamic/verl-gke:GrpoRun")
     command = job.plain_inputs["entrypoint"]

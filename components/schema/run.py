@@ -272,7 +272,10 @@ class GrpoRunConfig(RunLifecycle):
     @field_validator("extra_overrides", mode="before")
     @classmethod
     def _flat_overrides(cls, value: Any) -> Any:
-        return flattened(value, f"{CONFIG_KEY}.extraOverrides") if isinstance(value, dict) else value
+        # What `pulumi config set --path` stores for a dotted Hydra key (hydra_overrides.py).
+        if isinstance(value, dict):
+            return flattened(value, f"{CONFIG_KEY}.extraOverrides")
+        return value
 
     @field_validator("image")
     @classmethod
