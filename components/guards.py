@@ -24,10 +24,14 @@ import pulumi.dynamic as dynamic
 from components import unknowns
 from components.messages import quoted
 from components.provider_home import check_home
+from components.schema.pulumi_forms import Key
 
-DELETION_PROTECTION_FIX = (
-    "pulumi config set verl-gke:deletionProtection false && pulumi up && pulumi destroy"
-)
+
+def deletion_protection_fix() -> str:
+    """The commands that lift deletion protection, the key under the project's name."""
+    return f"pulumi config set {Key('deletionProtection')} false && pulumi up && pulumi destroy"
+
+
 # The guard's logical name. When it refuses a destroy, the engine prints only its URN, with its
 # own advice: "use the command: pulumi state unprotect '<urn>'" (pulumi/pulumi
 # pkg/resource/deploy/step.go, DeleteStep.Apply). That advice is wrong here: it lifts the guard
@@ -114,7 +118,7 @@ class DeletionProtection(dynamic.Resource, module="verl-gke", name="DeletionProt
             "record_id": FORMER_GUARD_NAME,
             "protected": protected,
             # What the engine's "cannot be deleted because it is protected" means here.
-            "to_destroy": DELETION_PROTECTION_FIX,
+            "to_destroy": deletion_protection_fix(),
         }
         mine = pulumi.ResourceOptions(
             protect=protected, depends_on=resources,

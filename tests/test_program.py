@@ -24,7 +24,7 @@ from tools import mockrun, plan
 
 STANDARD_RDMA = [("a4", "standard"), ("a3u", "standard")]
 RDMA_STACKS = STANDARD_RDMA + [("a4", "autopilot"), ("a3u", "autopilot")]
-EXAMPLE_TOKEN = plan.EXAMPLE_SECRETS["verl-gke:hfToken"]
+EXAMPLE_TOKEN = plan.EXAMPLE_SECRETS["hfToken"]
 
 
 def inputs_of(recording, type_, name):

@@ -131,7 +131,7 @@ def run_time(stack: str, inputs: plan.StackInputs, recording: mockrun.Recording)
     from tools import critical_path, step_model
 
     chain = critical_path.critical_path(recording)
-    config = stack_config.load(inputs.config, inputs.secret_keys, stack)
+    config = stack_config.load(inputs.config, inputs.secret_keys, stack, plan.project_name())
     hw = config.hardware
     # A4X's default runs FSDP over multi-node NVLink (step_model's "default" row).
     row = step_model.run_row(hw, config.nodes, config.run, mnnvl=hw.target is _Target.A4X)
@@ -273,7 +273,7 @@ def release_table(costs: Iterable[StackCost], prices: dict[str, float | None]) -
 
 def mode_costs(stacks: Iterable[str] | None = None) -> tuple[StackCost, ...]:
     """Each stack's default run (every target's stack by default) under each provisioning mode
-    its target (the stack file's `verl-gke:target`) is offered in."""
+    its target (the stack file's `<project>:target`) is offered in."""
     costs = []
     for stack in stacks or [t.value for t in Target]:
         target = Target(plan.stack_target(stack))

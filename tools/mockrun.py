@@ -382,7 +382,7 @@ def run(
 ) -> Recording:
     """Run `program` under mocks with the given config; return what it registered and exported.
 
-    `config` keys are fully qualified (`verl-gke:target`, `gcp:project`); values are strings as
+    `config` keys are fully qualified (`<project>:target`, `gcp:project`); values are strings as
     the Pulumi CLI passes them (objects as JSON). `invokes` replaces FakeCloud's answers to
     invokes by token. Pass `recording` to keep what was registered even when the program
     raises. `invoke_delay` makes invokes of those tokens answer after that many seconds. Each

@@ -32,7 +32,6 @@ from components.schema import pulumi_forms
 from tools import cli, mockrun
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMESPACE = "verl-gke"
 # Where `Pulumi.<stack>.yaml` files are looked up: None for the project's directory (ROOT), as
 # the CLI does; tests point it at a directory of their own stack files.
 STACK_DIR: Path | None = None
@@ -41,17 +40,18 @@ STACK_DIR: Path | None = None
 def _stack_dir() -> Path:
     return STACK_DIR or ROOT
 
-# Example site facts for keys a stack file leaves unset (plan mode only). Obviously fake.
+# Example site facts for keys a stack file leaves unset (plan mode only). Obviously fake. A bare
+# key is the project's own (`<name of Pulumi.yaml>:region`), as the CLI reads one.
 EXAMPLE_VALUES: dict[str, str] = {
     "gcp:project": "example-project",
-    f"{NAMESPACE}:region": "us-central1",
-    f"{NAMESPACE}:zone": "us-central1-b",
-    f"{NAMESPACE}:reservation": "example-reservation",
+    "region": "us-central1",
+    "zone": "us-central1-b",
+    "reservation": "example-reservation",
     # Fixed so that two renders of the same stack are identical.
-    f"{NAMESPACE}:maintenanceExclusionStart": "2026-12-01T00:00:00Z",
+    "maintenanceExclusionStart": "2026-12-01T00:00:00Z",
 }
 EXAMPLE_SECRETS: dict[str, str] = {
-    f"{NAMESPACE}:hfToken": "hf_EXAMPLE_NOT_A_REAL_TOKEN",
+    "hfToken": "hf_EXAMPLE_NOT_A_REAL_TOKEN",
 }
 DYNAMIC_PROVIDER_KEY = "__provider"
 
@@ -110,7 +110,7 @@ def _config_section(path: Path, document: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(key, str) or key.count(":") != 1 or key.startswith(":") or key.endswith(":"):
             raise StackFileError(
                 f"{path.name}: config key {quoted(key)} is not of the form <namespace>:<key> "
-                "(e.g. verl-gke:zone)"
+                f"(e.g. {project_name()}:zone)"
             )
         if isinstance(value, dict) and "secure" in value and not isinstance(value["secure"], str):
             raise StackFileError(f"{path.name}: {key}.secure must be the ciphertext string")
@@ -131,6 +131,8 @@ def _read_project(path: Path) -> dict[str, Any]:
 
 
 def project_name() -> str:
+    """The project's name (Pulumi.yaml's `name:`): the namespace of every key of the program
+    (components/schema/pulumi_forms.py), verl-gke unless `pulumi new` renamed it."""
     return _project_document()["name"]
 
 
@@ -167,19 +169,19 @@ def stack_file(stack: str, config_file: Path | None = None) -> Path:
             f"STACK={stack!r} (--stack): no stack file {path.name} here; the stacks are "
             f"{', '.join(known_stacks())}: pass one of them (e.g. `make plan STACK=a4`), or "
             f"create this one with `pulumi stack init {stack}` and "
-            f"`pulumi config set verl-gke:target a4` (or a3u, a4x)"
+            f"`pulumi config set {project_name()}:target a4` (or a3u, a4x)"
         )
     return path
 
 
 def stack_target(stack: str, config_file: Path | None = None) -> str:
-    """The `verl-gke:target` of any stack's file (`Pulumi.<stack>.yaml`, or `config_file`), as
+    """The `<project>:target` of any stack's file (`Pulumi.<stack>.yaml`, or `config_file`), as
     the tools that model a stack without running the program need it; StackFileError for a
     stack file that does not exist or sets no known target, naming the file and the fix."""
     from components.facts.hardware import PROFILES
 
     path = stack_file(stack, config_file)
-    key = f"{NAMESPACE}:target"
+    key = f"{project_name()}:target"
     target = _config_section(path, read_yaml_file(path)).get(key)
     known = sorted(t.value for t in PROFILES)
     if target not in known:
@@ -225,36 +227,39 @@ def stack_inputs(
     path = stack_file(stack, config_file)
     document = read_yaml_file(path)
     _refuse_environments(path, document)
+    ns = project["name"]
     declared = {
-        _qualified(key, project["name"]): spec for key, spec in (project.get("config") or {}).items()
+        _qualified(key, ns): spec for key, spec in (project.get("config") or {}).items()
     }
     config: dict[str, str] = {}
     secret_keys: list[str] = []
     for key, value in _config_section(path, document).items():
         if isinstance(value, dict) and "secure" in value:
             # Ciphertext cannot be read offline; stand in an example value, still secret.
-            config[key] = EXAMPLE_SECRETS.get(key, "EXAMPLE-SECRET")
+            config[key] = EXAMPLE_SECRETS.get(key.removeprefix(f"{ns}:"), "EXAMPLE-SECRET")
             secret_keys.append(key)
         else:
             config[key] = _as_cli_string(value)
     if mode:
-        config[f"{NAMESPACE}:clusterMode"] = mode
+        config[f"{ns}:clusterMode"] = mode
     config.update(overrides or {})  # as `pulumi config set` would, before anything is derived
     inputs = StackInputs(config=config, secret_keys=secret_keys)
     # Autopilot brings its own capacity, spot and flex-start consume none: a reservation would
     # be an error there.
-    no_reservation = config.get(f"{NAMESPACE}:clusterMode") == "autopilot" or config.get(
-        f"{NAMESPACE}:provisioning", "reservation"
+    no_reservation = config.get(f"{ns}:clusterMode") == "autopilot" or config.get(
+        f"{ns}:provisioning", "reservation"
     ) != "reservation"
-    for key, value in {**EXAMPLE_VALUES, **EXAMPLE_SECRETS}.items():
-        if no_reservation and key == f"{NAMESPACE}:reservation":
+    twins = provider_twins(ns)
+    for bare, value in {**EXAMPLE_VALUES, **EXAMPLE_SECRETS}.items():
+        key = _qualified(bare, ns)
+        if no_reservation and bare == "reservation":
             continue
-        if key in PROVIDER_TWINS and PROVIDER_TWINS[key] in config:
+        if key in twins and twins[key] in config:
             continue  # the user chose a place: an example one would contradict it
         if key not in config:
             config[key] = value
             inputs.example_keys.append(key)
-            if key in EXAMPLE_SECRETS:
+            if bare in EXAMPLE_SECRETS:
                 secret_keys.append(key)
     missing = []
     for key, spec in declared.items():
@@ -265,22 +270,23 @@ def stack_inputs(
         else:
             missing.append(key)
     if missing:
-        twins = [
-            f"{PROVIDER_TWINS[key]} is set, but this program reads {key}: "
-            f"`pulumi config set {key} {config[PROVIDER_TWINS[key]]}`"
-            for key in sorted(missing) if PROVIDER_TWINS.get(key) in config
+        set_twins = [
+            f"{twins[key]} is set, but this program reads {key}: "
+            f"`pulumi config set {key} {config[twins[key]]}`"
+            for key in sorted(missing) if twins.get(key) in config
         ]
         raise MissingConfig(
             f"Stack '{stack}' is missing configuration values: {', '.join(sorted(missing))}; "
             "set them with `pulumi config set <key> <value>`"
-            + "".join(f"; {twin}" for twin in twins)
+            + "".join(f"; {twin}" for twin in set_twins)
         )
     return inputs
 
 
-# The program's keys that the Google provider has a twin of (the program refuses a twin that
-# disagrees with its own key: components/schema/pulumi_forms.py).
-PROVIDER_TWINS = {f"{NAMESPACE}:{own}": theirs for theirs, own in pulumi_forms.PROVIDER_TWINS.items()}
+def provider_twins(ns: str) -> dict[str, str]:
+    """The program's keys (under project `ns`) that the Google provider has a twin of (the
+    program refuses a twin that disagrees with its own key: components/schema/pulumi_forms.py)."""
+    return {f"{ns}:{own}": theirs for theirs, own in pulumi_forms.PROVIDER_TWINS.items()}
 
 
 def _qualified(key: str, project: str) -> str:
@@ -294,12 +300,13 @@ def example_invokes(config: dict[str, str]) -> dict[str, Any]:
     None for config the program will refuse (an unknown target, a node count that is not a
     whole number): the program reports it, with the key and the fix, before any invoke.
     """
+    ns = project_name()
     try:
-        hw = profile(config[f"{NAMESPACE}:target"])
-        nodes = int(config.get(f"{NAMESPACE}:gpuNodes") or 0) or hw.default_nodes
+        hw = profile(config[f"{ns}:target"])
+        nodes = int(config.get(f"{ns}:gpuNodes") or 0) or hw.default_nodes
     except (KeyError, ValueError):
         return {}
-    reservation = config.get(f"{NAMESPACE}:reservation") or EXAMPLE_VALUES[f"{NAMESPACE}:reservation"]
+    reservation = config.get(f"{ns}:reservation") or EXAMPLE_VALUES["reservation"]
     return {
         mockrun.GET_RESERVATION: {
             "name": reservation.split("/")[0],
@@ -314,7 +321,7 @@ def example_invokes(config: dict[str, str]) -> dict[str, Any]:
         mockrun.QUOTA_INFOS: {"quotaInfos": [{
             "quotaId": hw.preemptible_gpu_quota or "",
             "dimensionsInfos": [
-                {"dimensions": {"region": config[f"{NAMESPACE}:region"]},
+                {"dimensions": {"region": config[f"{ns}:region"]},
                  "details": [{"value": str(nodes * hw.gpus_per_node)}]}
             ],
         }, {
@@ -361,7 +368,7 @@ def note_examples(problem: str, inputs: StackInputs) -> str:
         f"{key} = {inputs.config[key]!r} is the offline plan's example value, not yours: set "
         f"yours with `pulumi config set {key} <value>`"
         for key in inputs.example_keys
-        if key not in EXAMPLE_SECRETS and inputs.config[key] in problem
+        if key not in inputs.secret_keys and inputs.config[key] in problem
     ]
     return problem + "".join(f" (note: {note})" for note in notes)
 
@@ -396,7 +403,7 @@ def example_values(inputs: StackInputs, recording: mockrun.Recording) -> dict[st
     """Config the stack file leaves unset, and what the mocks answered the program's invokes
     (`invoke:<token>`): everything the plan rests on that a real project would say otherwise."""
     values: dict[str, Any] = {
-        k: "[secret]" if k in EXAMPLE_SECRETS else inputs.config[k] for k in inputs.example_keys
+        k: "[secret]" if k in inputs.secret_keys else inputs.config[k] for k in inputs.example_keys
     }
     values.update({f"invoke:{token}": answer for token, answer in recording.invokes.items()})
     return values

@@ -52,6 +52,7 @@ def all_stacks(root: Path = ROOT) -> list[str]:
     from components.facts.hardware import PROFILES
 
     stacks = []
+    project = _project_name(root)
     for path in sorted(root.glob("Pulumi.*.yaml")):
         stack = path.name[len("Pulumi."):-len(".yaml")]
         stacks.append(stack)
@@ -59,10 +60,20 @@ def all_stacks(root: Path = ROOT) -> list[str]:
             config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
         except yaml.YAMLError:
             continue  # its own plan says what is wrong with it
-        target = config.get("verl-gke:target") if isinstance(config, dict) else None
+        target = config.get(f"{project}:target") if isinstance(config, dict) else None
         if any(hw.target.value == target and hw.autopilot_supported for hw in PROFILES.values()):
             stacks.append(f"{stack}-autopilot")
     return stacks
+
+
+def _project_name(root: Path) -> str:
+    """The `name:` of `root`'s Pulumi.yaml, the namespace of its keys (verl-gke unless renamed);
+    a file that cannot say so leaves the template's name, and its own plan reports it."""
+    try:
+        name = (yaml.safe_load((root / "Pulumi.yaml").read_text()) or {}).get("name")
+    except (OSError, yaml.YAMLError, AttributeError):
+        name = None
+    return name if isinstance(name, str) else "verl-gke"
 
 
 @dataclass

@@ -74,13 +74,14 @@ def _options(resource: Mapping[str, Any]) -> PolicyResourceOptions:
 def policy_config(stack: str) -> dict[str, dict[str, Any]]:
     """Per-policy config for a stack, from its config files: what the stack has "configured".
 
-    Only `verl-gke:deleteBucketOnDestroy` allows a force-destroyed bucket. Read from the stack
+    Only `<project>:deleteBucketOnDestroy` allows a force-destroyed bucket. Read from the stack
     file (as the CLI would merge it), not from the plan, so the program cannot grant itself it.
     """
     from tools import plan as offline_plan
 
     config = offline_plan.stack_inputs(stack).config
-    return {"bucket-hardened": {ALLOW_FORCE_DESTROY: config.get("verl-gke:deleteBucketOnDestroy") == "true"}}
+    key = f"{offline_plan.project_name()}:deleteBucketOnDestroy"
+    return {"bucket-hardened": {ALLOW_FORCE_DESTROY: config.get(key) == "true"}}
 
 
 def _resource_args(resource: Mapping[str, Any], config: Mapping[str, Any]) -> ResourceValidationArgs:

@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", action="append",
                         help="a stack (repeatable): any Pulumi.<stack>.yaml, modelled on its "
-                        "verl-gke:target; default: every target")
+                        "<project>:target; default: every target")
     parser.add_argument("--nodes", type=int, nargs="+", default=list(NODE_COUNTS))
     args = parser.parse_args(argv)
     stacks = args.stack or [t.value for t in PROFILES]

@@ -35,6 +35,7 @@ from typing import Awaitable
 import pulumi_gcp as gcp
 
 from components.preflight.reads import later
+from components.schema.pulumi_forms import Key
 
 CHANNEL = "REGULAR"
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")
@@ -122,7 +123,7 @@ def problem(
         if version
     ) or "no version"
     return (
-        f"verl-gke:region = {location!r}: target {target} needs GKE {floor} or newer, but the "
+        f"{Key('region')} = {location!r}: target {target} needs GKE {floor} or newer, but the "
         f"{CHANNEL} channel there offers {have} for new clusters. Choose a region that offers it "
         f"(`gcloud container get-server-config --region <region> --flatten=channels "
         f"--filter=channels.channel={CHANNEL}`), or wait until GKE rolls it out there"

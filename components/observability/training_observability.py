@@ -33,6 +33,7 @@ from components.observability.dashboard import DCGM_METRICS
 from components.observability.scope import Scope
 from components.observability.training_log import Kind, LogMetric, log_metrics as all_metrics
 from components.options import child_options, fixed_name
+from components.schema.pulumi_forms import Key
 
 # GPU utilisation under this percentage, for this long, while verl's TaskRunner actor is alive,
 # means the run is stuck (an NCCL hang, a dead rollout worker), not slow.
@@ -216,7 +217,7 @@ def _alerts(
         ),
         "no-step": (
             "No new training step",
-            f"No verl step line for {args.no_step_minutes} minutes (verl-gke:noStepAlertMinutes). "
+            f"No verl step line for {args.no_step_minutes} minutes ({Key('noStepAlertMinutes')}). "
             "The job may hang (NCCL), or it has ended; check the job status with "
             "`pulumi refresh` and its log.",
             mon.AlertPolicyConditionArgs(

@@ -27,15 +27,21 @@ from components.preflight import apis, bucket, capacity
 from components.preflight.bucket import ExistingBucket, adoption_problems
 from components.preflight.reads import together
 from components.schema.config import ConfigError, StackConfig
+from components.schema.pulumi_forms import Key
 
-# What each read of the first round asks, as a failure message names it.
+# What each read of the first round asks, as a failure message names it ({key} under the
+# project's name when it is shown).
 ASKED = {
     **{f"api:{api}": f"whether {api} is enabled" for api in apis.REQUIRED_APIS},
-    "versions": "the GKE versions offered in verl-gke:region",
-    "capacity": "the reservation (verl-gke:reservation)",
+    "versions": "the GKE versions offered in {region}",
+    "capacity": "the reservation ({reservation})",
     "quotas": "Compute Engine's quotas (preemptible GPUs, C2 CPUs)",
-    "buckets": "the project's buckets (to find verl-gke:bucketName)",
+    "buckets": "the project's buckets (to find {bucketName})",
 }
+
+
+def _asked(read: str) -> str:
+    return ASKED[read].format(**{k: Key(k) for k in ("region", "reservation", "bucketName")})
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ def run(config: StackConfig) -> Preflight:
     if missing:
         raise ConfigError([apis.problem(config.project, missing)])
     failed = [
-        f"gcp:project = {config.project!r}: could not read {ASKED[key]} ({answer}). Check that the "
+        f"gcp:project = {config.project!r}: could not read {_asked(key)} ({answer}). Check that the "
         "credentials `pulumi` runs with can read it (`gcloud auth application-default login`, "
         "the roles in the README's prerequisites), then preview again"
         for key, answer in answers.items() if isinstance(answer, Exception)

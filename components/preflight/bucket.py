@@ -18,6 +18,7 @@ from components.messages import quoted
 from components.preflight.reads import later
 from components.schema import names
 from components.schema.config import StackConfig
+from components.schema.pulumi_forms import Key
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def find_bucket(listed, project: str, name: str) -> ExistingBucket | None:
 
 
 def adoption_problems(bucket: ExistingBucket, config: StackConfig) -> list[str]:
-    key = "verl-gke:bucketName" if config.bucket_name else "verl-gke:bucketName (unset)"
+    key = str(Key("bucketName")) if config.bucket_name else f"{Key('bucketName')} (unset)"
     problems = []
     owner = bucket.labels.get(names.STACK_LABEL)
     mine = names.stack_label(config.stack)
@@ -67,13 +68,13 @@ def adoption_problems(bucket: ExistingBucket, config: StackConfig) -> list[str]:
         problems.append(
             f"{key}: the bucket {quoted(bucket.name)} exists and belongs to stack {quoted(owner)} "
             f"(label {names.STACK_LABEL}); two stacks must not share one bucket, or destroying "
-            "one could delete the other's checkpoints: set verl-gke:bucketName to another name"
+            f"one could delete the other's checkpoints: set {Key('bucketName')} to another name"
         )
     if bucket.location.lower() != config.region.lower():
         problems.append(
-            f"verl-gke:region = {config.region!r}, but the bucket {quoted(bucket.name)} that "
+            f"{Key('region')} = {config.region!r}, but the bucket {quoted(bucket.name)} that "
             f"holds this stack's data is in {bucket.location}, and a bucket cannot move: set "
-            f"verl-gke:region to {bucket.location.lower()!r}, or set verl-gke:bucketName to a "
+            f"{Key('region')} to {bucket.location.lower()!r}, or set {Key('bucketName')} to a "
             "new bucket (the old one keeps its checkpoints)"
         )
     if not bucket.hierarchical_namespace:
@@ -81,6 +82,6 @@ def adoption_problems(bucket: ExistingBucket, config: StackConfig) -> list[str]:
             f"{key}: the bucket {quoted(bucket.name)} exists without a hierarchical namespace. "
             "This stack's buckets have one (atomic folder renames for staging and checkpoints "
             "through GCS FUSE), and an existing bucket cannot be given one: set "
-            "verl-gke:bucketName to a new bucket"
+            f"{Key('bucketName')} to a new bucket"
         )
     return problems

@@ -34,6 +34,7 @@ from components.cluster.gke_cluster import SYSTEM_MACHINE_TYPE, SYSTEM_NODES
 from components.schema.choices import Capacity
 from components.preflight.reads import later
 from components.schema.config import StackConfig
+from components.schema.pulumi_forms import Key
 
 C2_CPU_QUOTA = "C2-CPUS-per-project-region"
 # The system pool's upgrade surge: nodes created beside the old ones while GKE upgrades or
@@ -118,7 +119,7 @@ def system_pool_problems(config: StackConfig, listed) -> list[str]:
         return []
     if limit < need["first"]:
         return [
-            f"verl-gke:region = {config.region!r}: the system pool ({SYSTEM_MACHINE_TYPE}, "
+            f"{Key('region')} = {config.region!r}: the system pool ({SYSTEM_MACHINE_TYPE}, "
             f"{per_node} vCPUs a node) needs {need['first']} C2 vCPUs for its first node and its "
             f"upgrade surge, and {C2_CPU_QUOTA} there is {limit}: request at least "
             f"{need['most']} (IAM & Admin > Quotas, {describe}), or choose another region"
@@ -134,31 +135,31 @@ def system_pool_problems(config: StackConfig, listed) -> list[str]:
 
 
 def reservation_problems(config: StackConfig, name: str, found) -> list[str]:
-    key = "verl-gke:reservation"
+    key = str(Key("reservation"))
     listing = f"`gcloud compute reservations list --project {config.project} --zones {config.zone}`"
     # A missing reservation reads as an empty one: the data source clears its id on 404
     # (terraform-provider-google resource_compute_reservation.go, HandleNotFoundError).
     specific = (found.specific_reservations or [None])[0]
     if not found.status or specific is None:
-        return [f"{key} = {name!r} does not exist in verl-gke:zone = {config.zone!r}: {listing}"]
+        return [f"{key} = {name!r} does not exist in {Key('zone')} = {config.zone!r}: {listing}"]
     machine = (specific.instance_properties or [None])[0]
     machine_type = getattr(machine, "machine_type", None)
     hw = config.hardware
     if machine_type != hw.machine_type:
         return [
             f"{key} = {name!r} reserves {machine_type}, but target {config.target.value} runs "
-            f"{hw.machine_type}: name a reservation of {hw.machine_type}, or change verl-gke:target"
+            f"{hw.machine_type}: name a reservation of {hw.machine_type}, or change {Key('target')}"
         ]
     if specific.count < config.nodes:
         return [
-            f"{key} = {name!r} holds {specific.count} VMs, fewer than verl-gke:gpuNodes = "
+            f"{key} = {name!r} holds {specific.count} VMs, fewer than {Key('gpuNodes')} = "
             f"{config.nodes}: lower gpuNodes or grow the reservation"
         ]
     free = specific.count - (specific.in_use_count or 0)
     if free < config.nodes:
         # Not an error: on a later `pulumi up` the VMs in use may be this stack's own nodes.
         pulumi.log.warn(
-            f"{key} = {name!r} has {free} of {specific.count} VMs free and verl-gke:gpuNodes is "
+            f"{key} = {name!r} has {free} of {specific.count} VMs free and {Key('gpuNodes')} is "
             f"{config.nodes}: unless the VMs in use are this stack's, nodes will wait for capacity"
         )
     return []
@@ -167,7 +168,7 @@ def reservation_problems(config: StackConfig, name: str, found) -> list[str]:
 def block_problems(
     config: StackConfig, reservation: str, block: str, blocks: list[str]
 ) -> list[str]:
-    key = "verl-gke:reservation"
+    key = str(Key("reservation"))
     if block not in blocks:
         # Asked only for a listed block: the block data source fails on a missing one.
         return [
@@ -181,7 +182,7 @@ def block_problems(
     if (found.block_count or 0) < config.nodes:
         return [
             f"{key}: block {block!r} holds {found.block_count} VMs, fewer than "
-            f"verl-gke:gpuNodes = {config.nodes}: lower gpuNodes or name the reservation alone"
+            f"{Key('gpuNodes')} = {config.nodes}: lower gpuNodes or name the reservation alone"
         ]
     return []
 
@@ -201,7 +202,7 @@ def quota_problems(config: StackConfig, listed) -> list[str]:
     if limit >= needed:
         return []
     return [
-        f"verl-gke:gpuNodes = {config.nodes} needs {needed} {hw.gpu_type} GPUs of preemptible "
+        f"{Key('gpuNodes')} = {config.nodes} needs {needed} {hw.gpu_type} GPUs of preemptible "
         f"quota in {config.region}, and {hw.preemptible_gpu_quota} there is {limit}: request "
         "more (IAM & Admin > Quotas), lower gpuNodes, or use a reservation"
     ]

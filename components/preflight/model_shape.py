@@ -32,6 +32,7 @@ from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.schema.config import ConfigError, StackConfig
 from components.schema.run import GrpoRunConfig, run_problems
 from components.schema.staging import model_path
+from components.schema.pulumi_forms import Key
 
 CONFIG_URL = "https://huggingface.co/{model_id}/resolve/{revision}/config.json"
 TIMEOUT_S = 15
@@ -53,7 +54,7 @@ def checked_run(config: StackConfig) -> GrpoRunConfig:
     shape = shape_of(config)
     if shape is None:
         pulumi.log.warn(
-            f"the shape of the model at verl-gke:job.modelPath={run.model_path!r} is unknown "
+            f"the shape of the model at {Key('job.modelPath')}={run.model_path!r} is unknown "
             "here (a model path of your own, or another model in an offline plan): the batch "
             f"and parallelism defaults assume {DEFAULT_MODEL.model_id}, and the rollout TP and "
             "memory checks are left to `pulumi preview`"
@@ -84,7 +85,7 @@ def shape_of(config: StackConfig) -> ModelShape | None:
         return ModelShape.from_config_json(staging.model_id, staging.model_revision, found)
     except (KeyError, TypeError, ValueError) as error:
         raise ConfigError([
-            f"verl-gke:staging.modelId={staging.model_id!r} at {staging.model_revision}: its "
+            f"{Key('staging.modelId')}={staging.model_id!r} at {staging.model_revision}: its "
             f"config.json lacks {error} or has it in a form this check does not read (a dense "
             "decoder's num_attention_heads, num_hidden_layers, hidden_size, intermediate_size, "
             "vocab_size): stage a causal language model of that kind"
@@ -98,16 +99,16 @@ def read_config(model_id: str, revision: str, token: str | None) -> dict | None:
     request = urllib.request.Request(url, headers={"User-Agent": "verl-gke"})
     if token:
         request.add_header("Authorization", f"Bearer {token}")
-    where = f"verl-gke:staging.modelId={model_id!r} at modelRevision {revision}"
+    where = f"{Key('staging.modelId')}={model_id!r} at modelRevision {revision}"
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as error:
         if error.code in (401, 403):
-            fix = ("set verl-gke:hfToken (secret) to a token that can read it, and accept the "
+            fix = (f"set {Key('hfToken')} (secret) to a token that can read it, and accept the "
                    "model's license on its page if it is gated")
         elif error.code == 404:
-            fix = ("check verl-gke:staging.modelId and verl-gke:staging.modelRevision (a commit "
+            fix = (f"check {Key('staging.modelId')} and {Key('staging.modelRevision')} (a commit "
                    "of that repository: `curl -s https://huggingface.co/api/models/<id>`)")
         else:
             return _unanswered(where, url, f"HTTP {error.code}")

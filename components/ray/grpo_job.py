@@ -35,6 +35,7 @@ from components.ray.job_provider import (  # noqa: F401
     poll,
 )
 from components.ray.protocol import RESOURCE_KEY, STACK_KEY, last_metrics  # noqa: F401
+from components.schema.pulumi_forms import Key
 from components.schema.run import (
     EXPORT_SUBDIR,
     GrpoRunConfig,
@@ -192,11 +193,11 @@ def _validate(args: GrpoJobArgs) -> None:
     if args.run.export_model:
         problems += export.memory_problems(
             args.profile, args.model_parameters, world_size(args.run, args.profile, args.nodes),
-            "verl-gke:job.exportModel",
+            str(Key("job.exportModel")),
         )
     if args.kubeconfig is None and args.run.dashboard_address is None:
         problems.append(
-            "GrpoJobArgs.kubeconfig is None and verl-gke:job.dashboardAddress is unset: pass "
+            f"GrpoJobArgs.kubeconfig is None and {Key('job.dashboardAddress')} is unset: pass "
             "the cluster's kubeconfig to port-forward to the head, or set dashboardAddress"
         )
     if problems:

@@ -36,7 +36,7 @@ from components.schema.run import GrpoRunConfig
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
 from components.messages import quoted
 from components.schema import names, pulumi_forms
-from components.schema.pulumi_forms import NAMESPACE
+from components.schema.pulumi_forms import namespace
 from components.schema.staging import StagingConfig, model_path
 
 
@@ -53,7 +53,8 @@ _NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
 class StackConfig(BaseModel):
-    """Every `verl-gke:*` key (camelCase) plus `gcp:project`.
+    """Every `<project>:*` key (camelCase; the project is verl-gke unless renamed) plus
+    `gcp:project`.
 
     Field defaults are the program's defaults; `Pulumi.yaml` declares the same ones (a test keeps
     the two in step).
@@ -282,21 +283,34 @@ _SECRET_KEYS = ("hfToken", "wandbApiKey", "mlflowTrackingUri", "mlflowTrackingTo
 
 
 def load(
-    raw: Mapping[str, Any], secret_keys: Collection[str] = (), stack: str = "dev"
+    raw: Mapping[str, Any],
+    secret_keys: Collection[str] = (),
+    stack: str = "dev",
+    project: str | None = None,
 ) -> StackConfig:
     """Validate fully qualified config (`verl-gke:zone`, `gcp:project`) into a StackConfig.
 
     Values may be strings as the Pulumi CLI hands them over (objects as JSON text); "" (and
     gpuNodes 0) stand for "unset". `secret_keys` are the keys set with `--secret`; `stack` is
-    the Pulumi stack, which default names carry.
+    the Pulumi stack, which default names carry; `project` is the Pulumi project, whose name is
+    the namespace of every key read and named (`from_pulumi` passes `pulumi.get_project()`; the
+    tools, Pulumi.yaml's `name:`; default: the template's, verl-gke).
     """
+    with pulumi_forms.keys_of(project or pulumi_forms.TEMPLATE_PROJECT):
+        return _load(raw, secret_keys, stack)
+
+
+def _load(raw: Mapping[str, Any], secret_keys: Collection[str], stack: str) -> StackConfig:
+    ns = namespace()
     problems: list[str] = []
     values: dict[str, Any] = {"stack": stack}
     for full_key, value in raw.items():
-        namespace, _, key = full_key.partition(":")
+        namespace_, _, key = full_key.partition(":")
         if full_key == "gcp:project":
             values["project"] = value
-        elif namespace != NAMESPACE:
+        elif namespace_ == pulumi_forms.TEMPLATE_PROJECT != ns and key.split(".")[0] in KEYS:
+            problems.append(_template_key(full_key, key, ns))
+        elif namespace_ != ns:
             continue  # provider settings (kubernetes:context ...) are not ours; gcp:region below
         elif key not in KEYS:
             problems.append(pulumi_forms.flat_key_problem(key, value, _OBJECT_MODELS) or _unknown_key(key))
@@ -373,7 +387,7 @@ def from_pulumi() -> StackConfig:
     raw.update(runtime_config.CONFIG.get())
     secret_keys = set(runtime_config.get_config_secret_keys_env())
     secret_keys.update(k for k in raw if runtime_config.is_config_secret(k))
-    return load(raw, secret_keys, pulumi.get_stack())
+    return load(raw, secret_keys, pulumi.get_stack(), pulumi.get_project())
 
 
 def _parse(key: str, value: Any) -> Any:
@@ -388,10 +402,20 @@ def _parse(key: str, value: Any) -> Any:
 
 def _unknown_key(key: str) -> str:
     close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.6)
-    hint = f" Did you mean `{NAMESPACE}:{close[0]}`?" if close else ""
+    hint = f" Did you mean `{namespace()}:{close[0]}`?" if close else ""
     return (
-        f"{NAMESPACE}:{key} is not a setting of this program.{hint} Remove it with "
-        f"`pulumi config rm {NAMESPACE}:{key}`; every key is listed in Pulumi.yaml."
+        f"{namespace()}:{key} is not a setting of this program.{hint} Remove it with "
+        f"`pulumi config rm {namespace()}:{key}`; every key is listed in Pulumi.yaml."
+    )
+
+
+def _template_key(full_key: str, key: str, ns: str) -> str:
+    """A key of this program left under the template's name in a project named otherwise (a
+    stack file copied from the template): not read, so refused rather than silently ignored."""
+    return (
+        f"{full_key} is a key of the project {pulumi_forms.TEMPLATE_PROJECT}, but this project is "
+        f"{ns} (Pulumi.yaml's name), which reads {ns}:{key}: rename it, `pulumi config rm "
+        f"{full_key}` and `pulumi config set {ns}:{key} <value>` (in the stack file: `{ns}:{key}:`)"
     )
 
 
@@ -421,7 +445,7 @@ _FIXES = {
 def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
     path = [str(p) for p in error["loc"]]
     top = path[0] if path else ""
-    key = "gcp:project" if top == "project" else f"{NAMESPACE}:{'.'.join(path)}"
+    key = "gcp:project" if top == "project" else f"{namespace()}:{'.'.join(path)}"
     if error["type"] == "missing":
         return f"{key} is required: set it with `pulumi config set {key} <value>`"
     message = str(error["msg"]).removeprefix("Value error, ")
@@ -431,11 +455,11 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
     fix = _FIXES.get(top, "see its description in Pulumi.yaml")
     if top in OBJECT_KEYS:
         # Pulumi.yaml's description of an object cannot list its fields: the docs and the schema do.
-        fix = f"see {NAMESPACE}:{top} in docs/config.md (or {CONFIG_SCHEMA_PATH})"
+        fix = f"see {namespace()}:{top} in docs/config.md (or {CONFIG_SCHEMA_PATH})"
     if top in OBJECT_KEYS and error["type"] == "extra_forbidden":
         meant = _meant_field(path)
         if meant:
-            parent = f"{NAMESPACE}:{'.'.join(path[:-1])}"
+            parent = f"{namespace()}:{'.'.join(path[:-1])}"
             value = error.get("input")
             typed = json.dumps(value) if isinstance(value, (int, float, bool)) else "<value>"
             return (
@@ -443,7 +467,7 @@ def _describe(error: Mapping[str, Any], values: Mapping[str, Any]) -> str:
                 f"`pulumi config rm --path '{key}'` and `pulumi config set --path "
                 f"'{parent}.{meant}' {typed}` (in the stack file: `{meant}:` under `{parent}:`)"
             )
-        fix = f"remove it; the settings of {NAMESPACE}:{top} are listed in docs/config.md (and {CONFIG_SCHEMA_PATH})"
+        fix = f"remove it; the settings of {namespace()}:{top} are listed in docs/config.md (and {CONFIG_SCHEMA_PATH})"
     return f"{key} = {shown} is invalid ({error['msg']}): {fix}"
 
 

@@ -20,7 +20,7 @@ from components.messages import quoted
 from components.schema import names
 from components.schema.choices import Capacity
 from components.schema.observability import observability_problems
-from components.schema.pulumi_forms import NAMESPACE
+from components.schema.pulumi_forms import namespace
 from components.schema.run import brought_problems, run_problems
 from components.schema.staging import staging_problems
 
@@ -36,26 +36,26 @@ def cross_field_problems(config: StackConfig) -> list[str]:
         *name_problems(config),
         *_access_problems(config),
         *names.label_problems(
-            f"{NAMESPACE}:labels", config.labels, len(config.resource_labels) - len(config.labels)
+            f"{namespace()}:labels", config.labels, len(config.resource_labels) - len(config.labels)
         ),
     ]
-    nodes_problem = config.hardware.nodes_problem(f"{NAMESPACE}:gpuNodes", config.nodes)
+    nodes_problem = config.hardware.nodes_problem(f"{namespace()}:gpuNodes", config.nodes)
     if nodes_problem:
         problems.append(nodes_problem)
     if config.hardware.networking is NodeNetworking.DRANET and (
         config.gvnic_network_prefix or config.rdma_network_prefix
     ):
         problems.append(
-            f"{NAMESPACE}:gvnicNetworkPrefix / rdmaNetworkPrefix are set, but target a4x uses "
+            f"{namespace()}:gvnicNetworkPrefix / rdmaNetworkPrefix are set, but target a4x uses "
             "DRANET (GKE creates its networks): remove them"
         )
     # model_revision is None when the job reads a model of its own: none is downloaded then.
     staged_model = config.model_revision is not None
     if config.hf_token is None and not config.staging.skip and staged_model:
         problems.append(
-            f"{NAMESPACE}:hfToken is not set, but the model is staged from Hugging Face: run "
-            f"`pulumi config set --secret {NAMESPACE}:hfToken <token>` (a read token from "
-            f"huggingface.co/settings/tokens), or set {NAMESPACE}:staging.skip to true for a "
+            f"{namespace()}:hfToken is not set, but the model is staged from Hugging Face: run "
+            f"`pulumi config set --secret {namespace()}:hfToken <token>` (a read token from "
+            f"huggingface.co/settings/tokens), or set {namespace()}:staging.skip to true for a "
             "bucket you filled yourself"
         )
     problems += tracker_problems(config)
@@ -81,9 +81,9 @@ def tracker_problems(config: StackConfig) -> list[str]:
     for logger, (key, field, what) in _TRACKER_KEYS.items():
         if logger in config.job.loggers and getattr(config, field) is None:
             problems.append(
-                f"{NAMESPACE}:job.logger includes {logger}, but {NAMESPACE}:{key} is not set: "
-                f"run `pulumi config set --secret {NAMESPACE}:{key} <value>` ({what}), or "
-                f"remove {logger} from {NAMESPACE}:job.logger"
+                f"{namespace()}:job.logger includes {logger}, but {namespace()}:{key} is not set: "
+                f"run `pulumi config set --secret {namespace()}:{key} <value>` ({what}), or "
+                f"remove {logger} from {namespace()}:job.logger"
             )
     return problems
 
@@ -93,15 +93,15 @@ def _placement_problems(config: StackConfig) -> list[str]:
     zone_region = config.zone.rsplit("-", 1)[0]
     if zone_region != config.region:
         problems.append(
-            f"{NAMESPACE}:zone = {config.zone!r} is not in {NAMESPACE}:region = "
+            f"{namespace()}:zone = {config.zone!r} is not in {namespace()}:region = "
             f"{config.region!r}: pick a zone of that region (e.g. {config.region}-b) or set "
             f"the region to {zone_region!r}"
         )
     if config.autopilot and not config.hardware.autopilot_supported:
         problems.append(
-            f"{NAMESPACE}:clusterMode = 'autopilot' is not available for target "
+            f"{namespace()}:clusterMode = 'autopilot' is not available for target "
             f"{config.target.value}: A4X needs a Standard cluster (DRANET node pool); set "
-            f"{NAMESPACE}:clusterMode to standard"
+            f"{namespace()}:clusterMode to standard"
         )
     return problems
 
@@ -116,11 +116,11 @@ def _access_problems(config: StackConfig) -> list[str]:
     problems = []
     if bool(config.network) != bool(config.subnetwork):
         problems.append(
-            f"{NAMESPACE}:network and {NAMESPACE}:subnetwork go together: set both (an existing "
+            f"{namespace()}:network and {namespace()}:subnetwork go together: set both (an existing "
             "VPC and its subnetwork in the region, with Cloud NAT for the nodes), or neither and "
             "the stack creates them"
         )
-    key = f"{NAMESPACE}:controlPlaneCidrs"
+    key = f"{namespace()}:controlPlaneCidrs"
     for cidr in config.control_plane_cidrs:
         try:
             network = ipaddress.IPv4Network(cidr, strict=True)
@@ -146,7 +146,7 @@ def _access_problems(config: StackConfig) -> list[str]:
     address = config.job.dashboard_address
     if address and urllib.parse.urlsplit(str(address)).username is not None:
         problems.append(
-            f"{NAMESPACE}:job.dashboardAddress carries credentials in the URL, which would be "
+            f"{namespace()}:job.dashboardAddress carries credentials in the URL, which would be "
             "stored in plain text in the stack's state and plan: remove them; reach the "
             "dashboard through a tunnel or IAP that authenticates on its own"
         )
@@ -160,38 +160,38 @@ def _capacity_problems(config: StackConfig) -> list[str]:
     if config.autopilot:
         if reservation_set or config.provisioning is not Capacity.RESERVATION:
             return [
-                f"{NAMESPACE}:reservation / provisioning are set, but Autopilot places GPU pods "
+                f"{namespace()}:reservation / provisioning are set, but Autopilot places GPU pods "
                 "on Spot capacity it manages itself (the tutorial's compute class) and would "
-                f"ignore them: remove them, or set {NAMESPACE}:clusterMode to standard to use them"
+                f"ignore them: remove them, or set {namespace()}:clusterMode to standard to use them"
             ]
         return []
     problems = []
     if hw.reservation_only and config.provisioning is not Capacity.RESERVATION:
         problems.append(
-            f"{NAMESPACE}:provisioning = {config.provisioning.value!r} is not available for "
+            f"{namespace()}:provisioning = {config.provisioning.value!r} is not available for "
             f"{hw.machine_type}: Google offers it only through reservations (\"You must use the "
             "reservation-bound provisioning model\", A4X docs); set "
-            f"{NAMESPACE}:provisioning to reservation and {NAMESPACE}:reservation to yours"
+            f"{namespace()}:provisioning to reservation and {namespace()}:reservation to yours"
         )
     if config.provisioning is Capacity.RESERVATION and not reservation_set:
         problems.append(
-            f"{NAMESPACE}:reservation is not set but {NAMESPACE}:provisioning is "
+            f"{namespace()}:reservation is not set but {namespace()}:provisioning is "
             "'reservation': set the reservation name "
             f"(`gcloud compute reservations list --zones {config.zone}`)"
-            + ("" if hw.reservation_only else f", or choose {NAMESPACE}:provisioning spot or flex-start")
+            + ("" if hw.reservation_only else f", or choose {namespace()}:provisioning spot or flex-start")
         )
     if config.provisioning is not Capacity.RESERVATION and reservation_set:
         problems.append(
-            f"{NAMESPACE}:reservation is set but {NAMESPACE}:provisioning is "
+            f"{namespace()}:reservation is set but {namespace()}:provisioning is "
             f"{config.provisioning.value!r}, which consumes no reservation: remove "
-            f"{NAMESPACE}:reservation, or set {NAMESPACE}:provisioning to reservation"
+            f"{namespace()}:reservation, or set {namespace()}:provisioning to reservation"
         )
     if reservation_set and not re.fullmatch(
         r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?(/reservationBlocks/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)?",
         config.reservation,
     ):
         problems.append(
-            f"{NAMESPACE}:reservation = {quoted(config.reservation)} is not a reservation name: "
+            f"{namespace()}:reservation = {quoted(config.reservation)} is not a reservation name: "
             "use `<name>` or `<name>/reservationBlocks/<block>` (each at most 63 characters)"
         )
     return problems
@@ -199,7 +199,7 @@ def _capacity_problems(config: StackConfig) -> list[str]:
 
 def name_problems(config: StackConfig) -> list[str]:
     """Every name derived from the config, against the rule of the API that receives it."""
-    key = f"{NAMESPACE}:clusterName"
+    key = f"{namespace()}:clusterName"
     cluster_problem = names.cluster_name_problem(key, config.cluster)
     if cluster_problem:
         if config.cluster_name is None:
@@ -209,11 +209,11 @@ def name_problems(config: StackConfig) -> list[str]:
                 f"{names.CLUSTER_NAME_MAX} characters): set {key} to a shorter name"
             )
         return [cluster_problem]  # every other default name derives from it
-    problems = names.bucket_name_problems(f"{NAMESPACE}:bucketName", config.bucket)
+    problems = names.bucket_name_problems(f"{namespace()}:bucketName", config.bucket)
     if config.bucket_name is None and problems:
         problems = [
             f"the default bucket name {quoted(config.bucket)} (<clusterName>-<project>) is "
-            f"invalid: set {NAMESPACE}:bucketName, or a shorter {key} ({p})"
+            f"invalid: set {namespace()}:bucketName, or a shorter {key} ({p})"
             for p in problems
         ]
     if config.hardware.networking is NodeNetworking.RDMA_VPC:
@@ -225,8 +225,8 @@ def name_problems(config: StackConfig) -> list[str]:
 
 
 def _network_name_problems(config: StackConfig) -> list[str]:
-    gvnic_key = f"{NAMESPACE}:" + ("gvnicNetworkPrefix" if config.gvnic_network_prefix else "clusterName")
-    rdma_key = f"{NAMESPACE}:" + ("rdmaNetworkPrefix" if config.rdma_network_prefix else "clusterName")
+    gvnic_key = f"{namespace()}:" + ("gvnicNetworkPrefix" if config.gvnic_network_prefix else "clusterName")
+    rdma_key = f"{namespace()}:" + ("rdmaNetworkPrefix" if config.rdma_network_prefix else "clusterName")
     last_nic = config.hardware.rdma_nics - 1
     derived = [
         (gvnic_key, names.network_name(config.gvnic_prefix), "gVNIC network"),

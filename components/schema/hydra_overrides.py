@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from components.messages import quoted
+from components.schema import pulumi_forms
 
 # Keys the program owns. resume_from_path only matters with resume_mode=resume_path, which only
 # the program chooses (verl-gke:job.resumeFrom), so it is protected with the other two.
@@ -134,7 +135,8 @@ def _protected_problem(override: Any, base: Any, label: str, value: Any) -> str 
     return (
         f"{label} = {quoted(value)} {what}, which the program sets so "
         "that each run checkpoints to its own directory and resumes from it: remove it (set "
-        "verl-gke:job.runName for a readable name, or verl-gke:job.resumeFrom to continue from "
+        f"{pulumi_forms.key('job.runName')} for a readable name, or "
+        f"{pulumi_forms.key('job.resumeFrom')} to continue from "
         "another run's checkpoint)"
     )
 

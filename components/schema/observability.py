@@ -10,9 +10,10 @@ import re
 from typing import Protocol
 
 from components.messages import quoted
+from components.schema.pulumi_forms import Key
 
-CHANNEL_KEY = "verl-gke:alertNotificationChannel"
-NO_STEP_KEY = "verl-gke:noStepAlertMinutes"
+CHANNEL_KEY = Key("alertNotificationChannel")  # under the project's name
+NO_STEP_KEY = Key("noStepAlertMinutes")
 # A notification channel's resource name (Monitoring API v3 projects.notificationChannels).
 _CHANNEL = re.compile(r"projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/notificationChannels/[0-9]+")
 # MetricAbsence.duration is at least 120 s (monitoring.v3.json); past a day the alert says

@@ -49,6 +49,7 @@ from components.schema.hydra_overrides import (
     override_text,
 )
 from components.schema.lifecycle import RunLifecycle, prune_command
+from components.schema.pulumi_forms import Key
 from components.schema.run_checks import batch_problems, hardware_problems, model_problems
 from components.schema.run_env import effective_env, runtime_env  # noqa: F401 (re-exported)
 from components.schema.run_identity import (  # noqa: F401 (re-exported)
@@ -61,7 +62,7 @@ from components.schema.run_inputs import image_problem, path_problems, working_d
 from components.schema.run_memory import Offload
 from components.schema.run_sizing import SIZED_FIELDS, resolve  # noqa: F401 (re-exported)
 
-CONFIG_KEY = "verl-gke:job"
+CONFIG_KEY = Key("job")  # `<project>:job`, under the project's name
 # The bucket is mounted at /data in every Ray pod (GcsFuseStorage); each run checkpoints to its
 # own directory under CHECKPOINT_ROOT, `gs://<bucket>/checkpoints/<run>`.
 _RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -570,7 +571,7 @@ def _resume_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -
         f"{_key('resume_from')}={quoted(run.resume_from)} was saved by {saved_by} GPUs, but "
         f"this run has {gpus} (nnodes x nGpusPerNode): verl's FSDP shards are per rank and "
         f"cannot be loaded by another world size. Run it on {saved_by} GPUs "
-        f"(verl-gke:gpuNodes, {_key('nnodes')}), or remove {_key('resume_from')} to start clean"
+        f"({Key('gpuNodes')}, {_key('nnodes')}), or remove {_key('resume_from')} to start clean"
     ]
 
 

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING
 from pydantic.alias_generators import to_camel
 
 from components.facts.hardware import HardwareProfile
+from components.schema.pulumi_forms import Key
 from components.schema.run_memory import MemoryPlan, Offload, fits, shortfalls
 from components.schema.run_sizing import divisors, shard_groups, tp_choices
 
 if TYPE_CHECKING:
     from components.schema.run import GrpoRunConfig
 
-CONFIG_KEY = "verl-gke:job"
+CONFIG_KEY = Key("job")  # `<project>:job`, under the project's name
 
 
 def _key(field: str) -> str:
@@ -186,7 +187,7 @@ def _memory_problem(run, profile, plan, short, user_set) -> str:
         if group > plan.shard_gpus and fits(memory_plan(run, profile, shard_gpus=group)):
             fixes.append(f"set {_key('fsdp_size')}: {-1 if group == gpus else group}")
             break
-    fixes.append("add nodes (verl-gke:gpuNodes): FSDP shards the weights and Adam over every GPU")
+    fixes.append(f"add nodes ({Key('gpuNodes')}): FSDP shards the weights and Adam over every GPU")
     return (
         f"{plan.shape.model_id} ({plan.shape.parameter_count / 1e9:.1f}B parameters) does not "
         f"fit on {gpus} x {profile.gpu.name} ({profile.gpu.memory_gib:g} GiB) with "

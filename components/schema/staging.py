@@ -14,8 +14,9 @@ from pydantic.alias_generators import to_camel
 from components.facts import pins
 from components.facts.layout import DATA_MOUNT
 from components.messages import quoted
+from components.schema.pulumi_forms import Key
 
-CONFIG_KEY = "verl-gke:staging"
+CONFIG_KEY = Key("staging")  # `<project>:staging`, under the project's name
 # The image pull, the pinned wheels and verl's clone take a few minutes before any model byte.
 MIN_TIMEOUT_MINUTES = 10
 MAX_TIMEOUT_MINUTES = 24 * 60
