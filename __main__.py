@@ -39,11 +39,14 @@ from components.ray.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayC
 from components.ray.verl_ray_cluster import VerlRayCluster
 from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
 from components.schema import config, names
+from components.schema import run_inputs
 from components.schema.run import checkpoint_uri, effective_env
+from components.schema.staging import model_path as staged_model_path
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.storage import model_staging
 from components.storage.model_staging import LABELS as STAGING_LABELS
 from components.storage.model_staging import ModelStaging, ModelStagingArgs
+from components.storage.working_dir import WorkingDirUpload, WorkingDirUploadArgs
 
 cfg = config.from_pulumi()
 hw = cfg.hardware
@@ -53,6 +56,9 @@ found = preflight.run(cfg)
 # The staged model's shape (read from the Hub at preview; shipped for the default model): the
 # run's defaults follow it, and a TP or memory that cannot work stops here.
 run = model_shape.checked_run(cfg)
+# What the user brings (docs/your-own-experiment.md): every path as the pods read it, the working
+# directory at its place on the bucket, which names a local one's content.
+run = run_inputs.placed(run)
 
 # Registered first: a renamed or moved bucket stops the update before anything is touched.
 bucket_identity = BucketIdentity("bucket-identity", cfg.bucket, cfg.region.upper(), cfg.project)
@@ -210,9 +216,22 @@ staging = ModelStaging(
         hf_secret_name=storage.hf_secret_name or HF_SECRET_NAME,
         node_selector=system_nodes,
         image=images.ref(pins.STAGING_IMAGE),
+        # The default model and GSM8K only when the run reads them.
+        skip_steps=model_staging.skipped_steps(
+            [run.model_path, run.train_files, run.val_files],
+            staged_model_path(cfg.staging.model_id),
+        ),
     ),
     opts=pulumi.ResourceOptions.merge(in_namespace, pulumi.ResourceOptions(depends_on=[images])),
 )
+
+# A local working directory, uploaded by content (a gs:// one is in the bucket already).
+upload = None
+if cfg.run.working_dir is not None and not run_inputs.is_gs(cfg.run.working_dir):
+    upload = WorkingDirUpload(
+        "working-dir",
+        WorkingDirUploadArgs(directory=cfg.run.working_dir, bucket_name=storage.bucket_name),
+    )
 
 # The experiment trackers' keys, for the Ray pods only (never job inputs).
 trackers = TrackerCredentials(
@@ -248,7 +267,8 @@ ray = VerlRayCluster(
         compute_domain_claim_template=dra.compute_domain_claim_template if dra else None,
         operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
         tracker_secret=trackers.secret_name,
-        image=images.ref(pins.VERL_IMAGES[hw.arch]),
+        # job.image, or the pinned verl image; either through the region's mirror.
+        image=images.ref(run.image or pins.VERL_IMAGES[hw.arch]),
         pod_prerequisites=[*ray_prerequisites, installer, images],
     ),
     opts=in_namespace,
@@ -262,7 +282,8 @@ if not cfg.run.skip_cluster_check:
         ClusterCheckArgs(
             profile=hw,
             nodes=cfg.nodes,
-            model_path=staging.model_path,
+            # The model the run reads (staging skips the default one when it is not that).
+            model_path=run.model_path,
             runtime_env=effective_env(hw, cfg.nodes),
             namespace=cfg.namespace,
             head_service=ray.head_service,
@@ -295,7 +316,7 @@ job = GrpoJob(
         # The export's memory need, from the shape the model check read (default model: shipped).
         **({"model_parameters": run.model.parameter_count} if run.model else {}),
     ),
-    opts=pulumi.ResourceOptions(depends_on=[staging]),
+    opts=pulumi.ResourceOptions(depends_on=[staging, *([upload] if upload else [])]),
 )
 
 # Follows the run in the cluster once `pulumi up` has returned: retries, stalls, the deadline,
@@ -359,7 +380,7 @@ DeletionProtection(
         r
         for r in (
             bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites,
-            *namespace_deps, installer, storage, staging, trackers, dra, ray, check, job,
+            *namespace_deps, installer, storage, staging, upload, trackers, dra, ray, check, job,
             supervisor, observability,
         )
         if r is not None

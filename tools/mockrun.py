@@ -23,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import difflib
+import hashlib
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import pulumi
@@ -214,6 +216,11 @@ def _plain(value: Any, on_secret: Callable[[Any], Any]) -> Any:
         return [_plain(v, on_secret) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if isinstance(value, pulumi.FileAsset):
+        # The engine compares two assets by the hash of their contents, not by path or object
+        # (pulumi sdk/go/common/resource/asset/asset.go:146-161 Asset.Equals at 1b5949891b):
+        # the plain form carries both, so a diff sees what the engine would.
+        return {"path": value.path, "hash": hashlib.sha256(Path(value.path).read_bytes()).hexdigest()}
     return value
 
 

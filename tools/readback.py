@@ -231,6 +231,11 @@ READBACK: dict[str, ReadBack] = {
                         "TF resource_storage_bucket.go:602-606 (Optional+Computed): 7 days by "
                         "default"),
     )),
+    # The working directory's files (components/storage/working_dir.py): the program sends
+    # bucket, name and source only, and the Read sets none of them (TF
+    # resource_storage_bucket_object.go:549-640 sets the computed hashes, content settings and
+    # links), so they stay as sent.
+    "gcp:storage/bucketObject:BucketObject": ReadBack(_TF),
     "gcp:storage/bucketIAMMember:BucketIAMMember": ReadBack(_TF, (
         Rule("member", NORMALISED,
              "TF tpgiamresource/resource_iam_member.go:69-74: DiffSuppressFunc "

@@ -17,6 +17,7 @@ import pulumi
 from components.facts import pins
 from components.facts.hardware import Arch, HardwareProfile, NodeNetworking, Target
 from components.schema.choices import ClusterMode
+from components.schema.run_inputs import floating_tag
 
 # The tutorial names the A3 Ultra cluster b200-ray-cluster too; name each after its GPU.
 CLUSTER_NAMES = {
@@ -137,7 +138,8 @@ def problems(args: VerlRayClusterArgs) -> list[str]:
         )
     found += _network_problems(args)
     found += _head_selector_problems(args)
-    if _floating(args.image_ref):
+    # The same rule as verl-gke:job.image's (components/schema/run_inputs.py).
+    if floating_tag(args.image_ref):
         found.append(
             f"image = {args.image_ref!r} has a floating tag: pin a tag that names one build "
             "(e.g. verlai/verl:vllm011.dev7) or a digest (@sha256:...)"
@@ -192,14 +194,3 @@ def _head_selector_problems(args: VerlRayClusterArgs) -> list[str]:
             "leave it unset"
         ]
     return []
-
-
-def _floating(image: str) -> bool:
-    """True when the reference names no fixed build: no tag, or a `latest`-style tag."""
-    if "@sha256:" in image:
-        return False
-    last = image.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return True  # no tag means `latest`
-    tag = last.split(":", 1)[1]
-    return re.search(r"(^|[._-])latest($|[._-])", tag) is not None

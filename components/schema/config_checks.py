@@ -21,7 +21,7 @@ from components.schema import names
 from components.schema.choices import Capacity
 from components.schema.observability import observability_problems
 from components.schema.pulumi_forms import namespace
-from components.schema.run import run_problems
+from components.schema.run import brought_problems, run_problems
 from components.schema.staging import staging_problems
 
 if TYPE_CHECKING:
@@ -49,7 +49,9 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             f"{namespace()}:gvnicNetworkPrefix / rdmaNetworkPrefix are set, but target a4x uses "
             "DRANET (GKE creates its networks): remove them"
         )
-    if config.hf_token is None and not config.staging.skip:
+    # model_revision is None when the job reads a model of its own: none is downloaded then.
+    staged_model = config.model_revision is not None
+    if config.hf_token is None and not config.staging.skip and staged_model:
         problems.append(
             f"{namespace()}:hfToken is not set, but the model is staged from Hugging Face: run "
             f"`pulumi config set --secret {namespace()}:hfToken <token>` (a read token from "
@@ -59,6 +61,7 @@ def cross_field_problems(config: StackConfig) -> list[str]:
     problems += tracker_problems(config)
     if not nodes_problem:  # the run's checks divide by the GPU count
         problems += run_problems(config.run, config.hardware, config.nodes)
+    problems += brought_problems(config.run, config.bucket)
     problems += staging_problems(config.staging)
     problems += observability_problems(config)
     return problems

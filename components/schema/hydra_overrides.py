@@ -35,6 +35,47 @@ _VERL_TRAINER_DEFAULTS = {
 }
 
 
+class NestedOverrideError(ValueError):
+    """A nested extraOverrides map that cannot be flattened into one override a key."""
+
+
+def flattened(values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Nested maps as dotted keys: `{a: {b: {c: 4}}}` -> `{"a.b.c": 4}`.
+
+    `pulumi config set --path 'verl-gke:job.extraOverrides.a.b.c' 4` stores a nested map (the
+    CLI splits the path at every dot), which is what Hydra's dotted key means, so it is
+    flattened. A list, or a prefixed key (`+`, `~`) inside a map, has no one override it means:
+    refused with the command that stores the override as one dotted key.
+    """
+    return _flattened(values, where, "")
+
+
+def _flattened(values: Mapping[str, Any], where: str, prefix: str) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        full = f"{prefix}{key}"
+        if prefix and str(key)[:1] in "+~":
+            raise NestedOverrideError(_retype(where, full, value, f"the prefix {key[0]!r} inside"))
+        if isinstance(value, Mapping):
+            if not value:
+                raise NestedOverrideError(_retype(where, full, "{}", "an empty map"))
+            flat.update(_flattened(value, where, f"{full}."))
+        elif isinstance(value, list):
+            text = "[" + ",".join(str(item) for item in value) + "]"
+            raise NestedOverrideError(_retype(where, full, text, "a list"))
+        else:
+            flat[full] = value
+    return flat
+
+
+def _retype(where: str, key: str, value: Any, what: str) -> str:
+    return (
+        f"{where}[{quoted(key)}] holds {what}, which is no single Hydra override: store it as "
+        f"one dotted key with its value in Hydra's syntax, e.g. `pulumi config set --path "
+        f"'{where}[\"{key}\"]' '{value}'`"
+    )
+
+
 def override_text(key: str, value: Any) -> str:
     """The override as written on the command line: `key=value`, or `~key` for a bare delete."""
     if key.startswith("~") and value == "":

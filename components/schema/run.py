@@ -26,9 +26,9 @@ import hashlib
 import json
 import re
 import shlex
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from components.facts.hardware import HardwareProfile
@@ -42,7 +42,12 @@ from components.facts.layout import (
     VERL_DIR,
 )
 from components.messages import quoted
-from components.schema.hydra_overrides import PROTECTED_KEYS, override_problems, override_text
+from components.schema.hydra_overrides import (
+    PROTECTED_KEYS,
+    flattened,
+    override_problems,
+    override_text,
+)
 from components.schema.lifecycle import RunLifecycle, prune_command
 from components.schema.pulumi_forms import Key
 from components.schema.run_checks import batch_problems, hardware_problems, model_problems
@@ -53,6 +58,7 @@ from components.schema.run_identity import (  # noqa: F401 (re-exported)
     REFERENCE_DTYPE,
     identity_of,
 )
+from components.schema.run_inputs import image_problem, path_problems, working_dir_problems
 from components.schema.run_memory import Offload
 from components.schema.run_sizing import SIZED_FIELDS, resolve  # noqa: F401 (re-exported)
 
@@ -207,10 +213,36 @@ class GrpoRunConfig(RunLifecycle):
     )
     test_freq: int = Field(10, ge=-1, description="trainer.test_freq (steps; -1: never).")
     total_epochs: int = Field(2, gt=0, description="trainer.total_epochs.")
-    extra_overrides: dict[str, OverrideValue] = Field(
+    extra_overrides: dict[str, OverrideValue | dict[str, Any]] = Field(
         default_factory=dict,
         description="Any other Hydra override of main_ppo, key -> value, appended last. "
-        "Keys set by a typed field above, and the checkpoint keys, are refused.",
+        "Keys set by a typed field above, and the checkpoint keys, are refused. A nested map "
+        "(what `pulumi config set --path 'verl-gke:job.extraOverrides.a.b' 4` stores) is "
+        "flattened into dotted keys (a.b: 4).",
+    )
+    # What the user brings (components/schema/run_inputs.py, docs/your-own-experiment.md).
+    image: str | None = Field(
+        None,
+        description="The training image of the Ray head and workers, by tag or digest (never a "
+        "floating tag), pulled through the stack's Docker Hub mirror; default: the pinned verl "
+        "image of the target's architecture.",
+    )
+    working_dir: str | None = Field(
+        None,
+        description="A local directory (relative to the project directory) uploaded to "
+        "gs://<bucket>/workdirs/<digest of its files>, or a gs://<bucket>/<path> already "
+        "there: the job's working directory (its relative paths are read inside it); its "
+        "content is part of the run's identity.",
+    )
+    reward_function_path: str | None = Field(
+        None,
+        description="custom_reward_function.path: a Python file (relative to workingDir, "
+        "/data/..., or gs://<bucket>/...); default: verl's reward for the dataset.",
+    )
+    reward_function_name: str | None = Field(
+        None,
+        description="custom_reward_function.name: the function in that file; default: verl's "
+        "compute_score.",
     )
     run_name: str = Field(
         "grpo",
@@ -237,6 +269,31 @@ class GrpoRunConfig(RunLifecycle):
     @property
     def model(self) -> ModelShape | None:
         return self._model
+
+    @field_validator("extra_overrides", mode="before")
+    @classmethod
+    def _flat_overrides(cls, value: Any) -> Any:
+        # What `pulumi config set --path` stores for a dotted Hydra key (hydra_overrides.py).
+        if isinstance(value, dict):
+            return flattened(value, f"{CONFIG_KEY}.extraOverrides")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _pinned_image(cls, value: str | None) -> str | None:
+        if value is not None and (problem := image_problem(f"{CONFIG_KEY}.image", value)):
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _reward_name_needs_path(self) -> GrpoRunConfig:
+        if self.reward_function_name is not None and self.reward_function_path is None:
+            raise ValueError(
+                f"{CONFIG_KEY}.rewardFunctionName={quoted(self.reward_function_name)} is set "
+                f"without {CONFIG_KEY}.rewardFunctionPath: set the file that defines it, e.g. "
+                f"`pulumi config set --path {CONFIG_KEY}.rewardFunctionPath reward.py`"
+            )
+        return self
 
     @field_validator("logger")
     @classmethod
@@ -309,6 +366,11 @@ _HYDRA_KEYS: dict[str, str] = {
     # Not in the tutorial: HSDP (verl/workers/fsdp_workers.py:98-105 create_device_mesh, the
     # actor's fsdp_size also shards the reference, :166).
     "fsdp_size": "actor_rollout_ref.actor.fsdp_config.fsdp_size",
+    # verl loads the file by path (it must exist where the trainer runs: os.path.exists, then
+    # spec_from_file_location) and takes the named function (verl/trainer/ppo/reward.py
+    # get_custom_reward_fn:24-52 at volcengine/verl 03023e2a, the snapshot read here).
+    "reward_function_path": "custom_reward_function.path",
+    "reward_function_name": "custom_reward_function.name",
 }
 # Keys a typed field sets through something other than _HYDRA_KEYS.
 _OFFLOAD_KEYS = {
@@ -396,8 +458,11 @@ def entrypoint(
     prelude = prune_command(overrides["trainer.default_local_dir"], run.keep_checkpoints) + "; "
     if run.resume_from is not None:
         prelude += _resume_choice(overrides["trainer.default_local_dir"], run.resume_from) + " && "
+    # The driver starts in the working directory the user brought (run_inputs.placed), else in
+    # verl's source; verl itself comes from PYTHONPATH (run_env.py) either way.
     return (
-        f"cd {VERL_DIR} && {prelude}PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo "
+        f"cd {shlex.quote(run.working_dir or VERL_DIR)} && {prelude}PYTHONUNBUFFERED=1 python3 -m "
+        "verl.trainer.main_ppo "
         f"{arguments}"
     )
 
@@ -480,6 +545,15 @@ def run_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> li
         *_resume_problems(run, profile, nodes),
         *_override_problems(run, profile, nodes),
     ]
+
+
+def brought_problems(run: GrpoRunConfig, bucket: str) -> list[str]:
+    """What the user brings that the pods could not read: the working directory (a local one
+    within the upload's limits, a gs:// one in the stack's bucket) and the run's paths."""
+    problems = []
+    if run.working_dir is not None:
+        problems += working_dir_problems(_key("working_dir"), run.working_dir, bucket)
+    return problems + path_problems(run, bucket, _key)
 
 
 def _key(field: str) -> str:

@@ -2,9 +2,10 @@
 
 A run is identified by everything that shapes its state: the model and its revision, the world
 size, the strategy and sharding, the algorithm, optimiser, batch and data settings, the verl
-source and image it trains with, and any extra override not known to be harmless. Settings that
-only extend, observe or tune the execution of a run (`CONTINUATION_FIELDS`,
-`CONTINUATION_OVERRIDES`) keep its directory, so changing one restarts the job, which resumes.
+source and image it trains with, the working directory and reward the user brings, and any extra
+override not known to be harmless. Settings that only extend, observe or tune the execution of a
+run (`CONTINUATION_FIELDS`, `CONTINUATION_OVERRIDES`) keep its directory, so changing one
+restarts the job, which resumes.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ CONTINUATION_OVERRIDES = frozenset({
     "actor_rollout_ref.model.enable_gradient_checkpointing",
     "actor_rollout_ref.model.enable_activation_offload",
 })
+# Keys added after runs existed: absent from the identity while unset (image has its own line).
+BROUGHT_FIELDS = ("working_dir", "reward_function_path", "reward_function_name")
+
+
 def identity_of(
     resolved: GrpoRunConfig, run: GrpoRunConfig, profile: HardwareProfile,
     model_revision: str | None,
@@ -82,7 +87,13 @@ def identity_of(
     # (review finding 8): a checkpoint continues only under the trainer code and image it was
     # written with. Another verl or image is another run, and the old one stays on the bucket.
     identity["verl_ref"] = pins.VERL_REF
-    identity["image"] = pins.VERL_IMAGES[profile.arch]
+    identity["image"] = resolved.image or pins.VERL_IMAGES[profile.arch]
+    # What the user brings, when brought: the working directory's place on the bucket names a
+    # local one's content (run_inputs.placed), the reward is its file and function. Unset, they
+    # are left out, so a run from before these keys existed keeps its directory.
+    for field in BROUGHT_FIELDS:
+        if identity.get(field) is None:
+            identity.pop(field, None)
     if resolved.use_kl_loss:
         identity["reference_dtype"] = REFERENCE_DTYPE[1]
     else:

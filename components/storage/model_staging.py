@@ -132,6 +132,9 @@ class ModelStagingArgs:
     # Needs python3 (3.12, which pins.STAGING_WHEELS are resolved for), pip and git; default:
     # pins.STAGING_IMAGE, which __main__ passes through the stack's Docker Hub mirror.
     image: str = pins.STAGING_IMAGE
+    # Steps the run does not need (stage.SKIPPABLE: "gsm8k", "model"), from `skipped_steps`;
+    # default: none, every default is staged.
+    skip_steps: tuple[str, ...] = ()
 
 
 class ModelStaging(pulumi.ComponentResource):
@@ -179,7 +182,7 @@ class ModelStaging(pulumi.ComponentResource):
         self, name: str, args: ModelStagingArgs, opts: pulumi.ResourceOptions | None
     ) -> k8s.batch.v1.Job:
         files = {SCRIPT.name: SCRIPT.read_text(), REQUIREMENTS: requirements()}
-        env = staging_env(args.staging)
+        env = staging_env(args.staging, args.skip_steps)
         digest = _digest(env, files)
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-script",
@@ -226,9 +229,12 @@ class ModelStaging(pulumi.ComponentResource):
         )
 
 
-def staging_env(cfg: StagingConfig) -> dict[str, str]:
-    """stage.py's settings (its ENV), all but the token, which comes from the Secret."""
+def staging_env(cfg: StagingConfig, skip_steps: Sequence[str] = ()) -> dict[str, str]:
+    """stage.py's settings (its ENV), all but the token, which comes from the Secret. The skip
+    list only when there is one: a stack that stages everything keeps its Job's name."""
+    skip = {"STAGING_SKIP_STEPS": ",".join(sorted(skip_steps))} if skip_steps else {}
     return {
+        **skip,
         "STAGING_VERL_REPO": pins.VERL_REPO,
         "STAGING_VERL_REF": pins.VERL_REF,
         "STAGING_VERL_DIR": VERL_DIR,
@@ -242,6 +248,17 @@ def staging_env(cfg: StagingConfig) -> dict[str, str]:
         "HF_HUB_ENABLE_HF_TRANSFER": "1",
         "HF_XET_FIXED_DOWNLOAD_CONCURRENCY": str(CONNECTIONS_PER_FILE),
     }
+
+
+def skipped_steps(run_paths: Sequence[str], staged_model: str) -> tuple[str, ...]:
+    """The default downloads the run does not read: GSM8K unless a data path is under
+    /data/gsm8k, the staged model unless the run's model path is it."""
+    skip = []
+    if not any(path.startswith(f"{GSM8K_DIR}/") for path in run_paths):
+        skip.append("gsm8k")
+    if staged_model not in run_paths:
+        skip.append("model")
+    return tuple(skip)
 
 
 def requirements() -> str:
@@ -285,7 +302,10 @@ def _pod_spec(
         env=[
             *(k8s.core.v1.EnvVarArgs(name=k, value=v) for k, v in env.items()),
             k8s.core.v1.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"),
-            token,
+            # Only the model download reads it; without it there may be no Secret to read
+            # (hfToken is not required then, components/schema/config_checks.py), and a
+            # secretKeyRef to a missing Secret keeps the pod from starting.
+            *([] if "model" in args.skip_steps else [token]),
         ],
         resources=k8s.core.v1.ResourceRequirementsArgs(**CONTAINER_RESOURCES),
         volume_mounts=[

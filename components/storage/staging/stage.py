@@ -55,6 +55,10 @@ ENV = {
 # A local copy of GSM8K for verl's `--local_dataset_path`; unset, verl's script reads
 # openai/gsm8k from the Hub.
 GSM8K_SOURCE_ENV = "STAGING_GSM8K_SOURCE"
+# Steps not to run, comma-separated (gsm8k, model): the run reads data or a model of the user's
+# own, so downloading the defaults would only cost time and bucket space. verl is always staged.
+SKIP_ENV = "STAGING_SKIP_STEPS"
+SKIPPABLE = ("gsm8k", "model")
 REQUIRED_ENV = tuple(ENV.values())
 
 GSM8K_FILES = ("train.parquet", "test.parquet")
@@ -82,6 +86,7 @@ class Settings:
     # Model files fetched at once, set by the component (model_staging.DOWNLOAD_WORKERS), which
     # sizes it for the staging pod's disk and the Cloud NAT's ports.
     download_workers: int
+    skip: frozenset[str] = frozenset()  # SKIPPABLE steps left out
 
 
 @dataclass(frozen=True)
@@ -130,10 +135,23 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         marker=Path(value["marker"]),
         work_dir=Path(value["work_dir"]),
         download_workers=int(workers),
+        skip=_skipped(env.get(SKIP_ENV, "")),
     )
 
 
+def _skipped(value: str) -> frozenset[str]:
+    names = frozenset(name.strip() for name in value.split(",") if name.strip())
+    unknown = sorted(names - set(SKIPPABLE))
+    if unknown:
+        raise SystemExit(f"[stage] {SKIP_ENV} names {', '.join(unknown)}: only {SKIPPABLE}")
+    return names
+
+
 def plan(s: Settings) -> list[Step]:
+    return [step for step in _steps(s) if step.name not in s.skip]
+
+
+def _steps(s: Settings) -> list[Step]:
     return [
         Step(
             "verl",
