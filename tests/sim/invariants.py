@@ -58,12 +58,12 @@ class Observer:
     # --- helpers ---------------------------------------------------------------------------
     def attempts(self, run: Any) -> list[Any]:
         return [job for job in self.world.ray.submissions
-                if self.run_of_job.get(job.serial) is run and job.entrypoint == run.entrypoint]
+                if self.run_of_job.get(job.serial) is run and self.world.kind_of(job) == "train"]
 
     def exports(self, run: Any) -> list[Any]:
         return [job for job in self.world.ray.submissions
                 if self.run_of_job.get(job.serial) is run
-                and job.entrypoint == run.export_entrypoint]
+                and self.world.kind_of(job) == "export"]
 
     def live_of(self, run: Any) -> list[Any]:
         return [job for job in self.world.ray.live() if self.run_of_job.get(job.serial) is run]
@@ -81,9 +81,10 @@ class Observer:
     def submitted(self, job: Any) -> None:
         run = self.world.run_of(job)
         self.run_of_job[job.serial] = run
-        if run is None or job.entrypoint != run.entrypoint:
+        if run is None or self.world.kind_of(job) != "train":
             return
-        others = [j for j in self.live_of(run) if j is not job and j.entrypoint == job.entrypoint]
+        others = [j for j in self.live_of(run)
+                  if j is not job and self.world.kind_of(j) == "train"]
         if others:
             self.violate("one-live-attempt", f"{job.sid} submitted while "
                          f"{', '.join(j.sid + ' ' + j.status for j in others)} is live")
@@ -102,7 +103,8 @@ class Observer:
         run = self.run_of_job.get(job.serial)
         if run is None or run.ended_at is not None:
             return
-        if job.entrypoint == run.entrypoint:
+        kind = self.world.kind_of(job)
+        if kind == "train":
             stopper = self.stop_actor.get(job.serial)
             by_supervisor = stopper is not None and stopper.kind == "tick" and stopper.run is run
             if job.status == "FAILED":
@@ -111,7 +113,7 @@ class Observer:
                 self._needs_resume(run, "stalled")
             elif job.status == "SUCCEEDED" and not run.config.export:
                 self._release_due(run)
-        elif job.entrypoint == run.export_entrypoint:
+        elif kind == "export":
             if job.status == "SUCCEEDED":
                 self._release_due(run)
             elif job.status == "FAILED" and len(self.exports(run)) > run.config.max_retries:
@@ -120,7 +122,7 @@ class Observer:
     def head_lost(self) -> None:
         for job in self.world.ray.live():
             run = self.run_of_job.get(job.serial)
-            if run is not None and run.ended_at is None and job.entrypoint == run.entrypoint:
+            if run is not None and run.ended_at is None and self.world.kind_of(job) == "train":
                 self._needs_resume(run, "lost")
 
     def _needs_resume(self, run: Any, cause: str) -> None:
@@ -168,7 +170,7 @@ class Observer:
         sid, _, text = line.partition(": ")
         job = self.world.ray.jobs.get(sid)
         run = self.run_of_job.get(job.serial) if job else None
-        if run is None or job.entrypoint != run.entrypoint:
+        if run is None or self.world.kind_of(job) != "train":
             return
         current = self.attempts(run)[-1]
         logged = self.lines.get(current.serial, [])

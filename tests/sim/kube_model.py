@@ -68,6 +68,7 @@ class SimKube:
             if generation == self.generation and not self.suspend:
                 self.head_up = self.workers_up = True
                 self.world.ray.head_back()
+                self.world.ray.workers_back()
                 self.state = "ready"
         self.world.schedule(READY_S, ready)
 
@@ -87,6 +88,7 @@ class SimKube:
         def workers() -> None:
             if generation == self.generation:
                 self.workers_up = True
+                self.world.ray.workers_back()
         self.world.schedule(HEAD_RESTART_S, head)
         self.world.schedule(WORKERS_RESTART_S, workers)
 

@@ -100,6 +100,7 @@ class SimRay:
         self.logs: dict[str, list[str]] = {}
         self.serial = 0
         self.submissions: list[Job] = []  # every accepted submission, in order (observable)
+        self.head_started_ms = self.workers_started_ms = 0
 
     # --- nodes ---------------------------------------------------------------------------
     @property
@@ -122,6 +123,10 @@ class SimRay:
     def head_back(self) -> None:
         self.generation += 1
         self.up = True
+        self.head_started_ms = int(self.world.clock.time() * 1000)
+
+    def workers_back(self) -> None:
+        self.workers_started_ms = int(self.world.clock.time() * 1000)
 
     # --- the REST API --------------------------------------------------------------------
     def handle(self, method: str, url: str, body: bytes | None) -> Reply:
@@ -147,6 +152,8 @@ class SimRay:
                 return Reply(200, json.dumps(job.details())) if job else _missing(rest)
         if method == "GET" and path == "/api/v0/actors":
             return self.list_actors(query)
+        if method == "GET" and path == "/api/v0/nodes":
+            return self.list_nodes()
         if method == "GET" and path == "/api/v0/logs/file":
             return self.log_file(query)
         if method == "GET" and path == "/api/version":
@@ -177,7 +184,7 @@ class SimRay:
         self.world.observe_submit(job)
         return Reply(200, json.dumps({"job_id": sid, "submission_id": sid}))
 
-    def _start(self, job: Job, generation: int) -> None:
+    def _start(self, job: Job, generation: int) -> None:  # noqa: C901
         if generation != self.generation or self.jobs.get(job.sid) is not job:
             return  # the head restarted, or the record was replaced meanwhile
         if job.status != "PENDING":
@@ -265,6 +272,21 @@ class SimRay:
         return Reply(200, json.dumps({"result": True, "msg": "", "data": {"result": {
             "total": len(found), "num_after_truncation": len(found),
             "num_filtered": len(found), "result": found}}}))
+
+    def list_nodes(self) -> Reply:
+        """GET /api/v0/nodes (state/state_head.py:116-118; NodeState, util/state/common.py
+        :537-570): the head of this generation and, when they run, the GPU workers."""
+        now = int(self.world.clock.time() * 1000)
+        nodes = [{"node_id": self.head_node, "node_ip": "10.0.0.2", "is_head_node": True,
+                  "state": "ALIVE", "node_name": "head", "start_time_ms": self.head_started_ms
+                  or now}]
+        if self.world.kuberay.workers_up:
+            nodes.append({"node_id": self.worker_node(), "node_ip": "10.0.0.3",
+                          "is_head_node": False, "state": "ALIVE", "node_name": "worker",
+                          "start_time_ms": self.workers_started_ms or now})
+        return Reply(200, json.dumps({"result": True, "msg": "", "data": {"result": {
+            "total": len(nodes), "num_after_truncation": len(nodes),
+            "num_filtered": len(nodes), "result": nodes}}}))
 
     def log_file(self, query: dict[str, str]) -> Reply:
         sid = query.get("submission_id", "")

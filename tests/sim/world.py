@@ -281,18 +281,28 @@ class World:
 
     # --- drivers -------------------------------------------------------------------------------
     def driver_for(self, job: Any) -> verl.Driver:
-        run = self.run_of(job)
-        if job.entrypoint.startswith("sim-train") and run is not None:
+        run, kind = self.run_of(job), self.kind_of(job)
+        if kind == "train" and run is not None:
             return verl.Training(self, job, run)
-        if job.entrypoint.startswith("sim-export") and run is not None:
+        if kind == "export" and run is not None:
             return verl.Export(self, job, run)
-        if job.entrypoint.startswith("sim-check"):
+        if kind == "check":
             return verl.Check(self, job)
         return verl.Stray(self, job)
 
+    @staticmethod
+    def kind_of(job: Any) -> str | None:
+        """What an entrypoint runs, by the world's marker in it (`sim-train v<n>`, ...),
+        wherever the program puts it among what it adds (a prune, an attempt marker)."""
+        for kind in ("train", "export", "check"):
+            if f"sim-{kind}" in job.entrypoint.split():
+                return kind
+        return None
+
     def run_of(self, job: Any) -> Any:
         for run in reversed(self.runs):
-            if job.entrypoint in (run.entrypoint, run.export_entrypoint):
+            if _contains(job.entrypoint, run.entrypoint) or (
+                    run.export_entrypoint and _contains(job.entrypoint, run.export_entrypoint)):
                 return run
         return None
 
@@ -320,6 +330,12 @@ class World:
 
     def check_tracker(self, bucket: verl.Bucket) -> None:
         self.observer.tracker(bucket)
+
+
+def _contains(entrypoint: str, marker: str) -> bool:
+    """`marker`'s words appear, in order and together, among the entrypoint's words."""
+    words, want = entrypoint.split(), marker.split()
+    return any(words[i:i + len(want)] == want for i in range(len(words) - len(want) + 1))
 
 
 __all__ = ["World", "Params", "Plan", "Actor", "field", "NAMESPACE", "RAY_CLUSTER",
