@@ -51,6 +51,7 @@ class Observer:
         self.resume: dict[int, list[Any]] = {}  # run serial -> [since, clean ticks, cause]
         self.release: dict[int, list[float]] = {}
         self.failed_ops: list[tuple[str, str, str, bool]] = []
+        self.causes: set[str] = set()  # why runs needed a next attempt (failed, stalled, lost)
 
     def violate(self, name: str, text: str) -> None:
         self.violations.append(f"[{name}] t={self.world.clock.now:.1f}s: {text}")
@@ -126,6 +127,7 @@ class Observer:
                 self._needs_resume(run, "lost")
 
     def _needs_resume(self, run: Any, cause: str) -> None:
+        self.causes.add(cause)
         if len(self.attempts(run)) < run.config.max_retries + 1:
             self.resume[run.serial] = [self.world.clock.now, 0, cause]
         else:

@@ -39,6 +39,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.stack = contextlib.ExitStack()
         self.world: World | None = None
         self.gone = False  # destroyed: only `up` brings the stack back
+        self.refusals: list[str] = []
 
     @initialize(
         max_retries=st.integers(0, 2), export=st.booleans(), release=st.booleans(),
@@ -62,8 +63,8 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _engine(self, operation, *args) -> None:
         try:
             operation(*args)
-        except Refused:
-            pass  # up may fail (a job that ends before its target, a config refused)
+        except Refused as error:
+            self.refusals.append(str(error))  # up may fail (a job that ends early, a config)
 
     @rule()
     @precondition(lambda self: "up" not in self.DISABLED)

@@ -89,6 +89,7 @@ class Cron:
         self.run: Any = None
         self.running = False
         self.ticks = 0
+        self.history: list[tuple[float, Any, str]] = []  # (start, run of its spec, outcome)
         self.scheduled = False
 
     def deploy(self, spec: dict[str, Any], run: Any) -> None:
@@ -129,6 +130,7 @@ class Cron:
                 world.tick_errors.append(f"{type(error).__name__}: {error}")
             finally:
                 self.running = False
+                self.history.append((started, actor.run, outcome))
             world.observer.after_tick(started, outcome == "ok" and ready, actor.run)
         world.scheduler.resume(world.scheduler.spawn(f"tick{self.ticks}", body, actor))
 
