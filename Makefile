@@ -104,9 +104,9 @@ test: dev node
 
 ## A long exploration of the run's lifecycle in the simulated world (tests/sim/, docs/run-lifecycle.md
 ## "The simulation"); prints the seed and the shortest failing sequence of anything it finds:
-## make explore [EXAMPLES=300] [STEPS=40] [SEED=n] [WITHOUT=head_restart,tick_fault]
+## make explore [EXAMPLES=300] [STEPS=40] [SEED=n] [WITHOUT=head_restart,tick_fault] [SETUP=keep=2,max_retries=1] [ONLY=budget]
 explore: dev
-	$(PY) -m tests.sim.explore --examples $(or $(EXAMPLES),300) --steps $(or $(STEPS),40) $(if $(SEED),--seed $(SEED),) $(if $(WITHOUT),--without $(WITHOUT),)
+	$(PY) -m tests.sim.explore --examples $(or $(EXAMPLES),300) --steps $(or $(STEPS),40) $(if $(SEED),--seed $(SEED),) $(if $(WITHOUT),--without $(WITHOUT),) $(if $(SETUP),--setup $(SETUP),) $(if $(ONLY),--only $(ONLY),)
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.
 bench: dev

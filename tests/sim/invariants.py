@@ -231,11 +231,11 @@ class Observer:
         """Raise the first violation (of `prefer`, if any is), as an exception type of its
         own per invariant (and cause), so that hypothesis tells distinct failures apart and
         shrinks each."""
-        if only and not any(v.startswith(f"[{prefer}]") for v in self.violations):
+        mine = [v for v in self.violations if prefer and v.startswith(f"[{prefer}")]
+        if only and not mine:
             return
         if self.violations:
-            first = next((v for v in self.violations if v.startswith(f"[{prefer}]")),
-                         self.violations[0])
+            first = (mine or self.violations)[0]
             name = first[1:first.index("]")]
             raise violation_type(name)("\n".join(self.violations))
 
