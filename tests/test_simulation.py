@@ -72,7 +72,7 @@ FINDINGS = [
      lambda m: "lost" in m.world.observer.causes and len(attempts(m)) >= 2),
     ("4: a tick dying between DELETE and the resubmission abandons the run",
      "resume-failed", {}, [step("up"), step("attempt_does", kind="fail"),
-                           step("tick_fault", n=7, kind="kill"), WAIT_600],
+                           step("tick_dies", n=1, kind="kill"), WAIT_600],
      lambda m: any(o == "died" for _, _, o in m.world.cron.history) and len(attempts(m)) >= 2),
     ("5: up reports the previous attempt's phases and first step", "up-reports",
      dict(max_retries=0), [step("up"), step("attempt_does", kind="fail"),

@@ -57,6 +57,7 @@ class Actor:
     run: Any  # the Run it acts for
     fault: tuple[int, str] | None = None
     calls: int = 0
+    writes: int = 0
     faulted: bool = False
 
 
@@ -192,28 +193,39 @@ class World:
             raise task.error
         return task.result
 
-    def _io(self) -> str | None:
-        """One call of the acting actor: time passes; returns the fault to inject, if any."""
+    def _io(self, write: bool = False) -> str | None:
+        """One call of the acting actor: time passes; returns the fault to inject, if any.
+
+        A death ("kill") or a lost reply ("timeout") is counted in writes (POST, DELETE, PATCH,
+        kubectl patch): dying after a read is the same as dying before the next write, so the
+        Nth write enumerates every distinct death. A refusal or a 500 happens before the
+        call is served and is counted in calls."""
         actor = self.actor
         self.clock.sleep(LATENCY_S)
         if actor is None:
             return None
         actor.calls += 1
-        if actor.fault and actor.fault[0] == actor.calls:
+        actor.writes += write
+        if actor.fault is None:
+            return None
+        n, kind = actor.fault
+        count = actor.writes if kind in ("kill", "timeout") else actor.calls
+        if n == count and (write or kind not in ("kill", "timeout")):
             actor.faulted = True
-            return actor.fault[1]
+            actor.fault = None
+            return kind
         return None
 
     def _after(self, fault: str | None, kind: str) -> None:
         if fault == "kill":
-            raise Killed(f"killed at call {self.actor.calls if self.actor else '?'}")
+            raise Killed(f"killed after call {self.actor.calls if self.actor else '?'}")
         if fault == "timeout":
             raise timeout_error(kind)
 
     # --- seams -------------------------------------------------------------------------------
     def ray_via_forward(self, method: str, url: str, body: bytes | None) -> tuple[int, str]:
         port = urllib.parse.urlsplit(url).port
-        fault = self._io()
+        fault = self._io(method in ("POST", "DELETE", "PUT", "PATCH"))
         forward = self.forwards.get(port or 0)
         if fault == "refused" or forward is None or forward.poll() is not None:
             raise requests.ConnectionError("simulated: connection refused / lost")
@@ -226,7 +238,7 @@ class World:
     def in_cluster(self, method: str, url: str, body: bytes | None,
                    _headers: dict[str, str]) -> tuple[int, str]:
         parts = urllib.parse.urlsplit(url)
-        fault = self._io()
+        fault = self._io(method in ("POST", "DELETE", "PUT", "PATCH"))
         if fault == "refused":
             raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
         if parts.hostname == API_HOST:
@@ -245,7 +257,7 @@ class World:
         return reply.status, reply.text
 
     def kubectl(self, argv: list[str]) -> tuple[int, str, str]:
-        fault = self._io()
+        fault = self._io("patch" in argv)
         if fault == "refused":
             return 1, "", "Unable to connect to the server: dial tcp: i/o timeout\n"
         result = self.kuberay.kubectl(argv)
