@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             for note in getattr(one, "__notes__", []):
                 # Without the invariant checks between steps (every step is followed by one).
                 print("\n".join(line for line in note.splitlines()
-                                if line.strip() != "state.holds()"))
+                                if line.strip() not in ("state.holds()", "")))
     print(f"\nexplored {counted['sequences']} sequences, {counted['steps']} steps, "
           f"{time.process_time() - started:.1f} CPU-s (seed {seed})")
     return found
