@@ -199,7 +199,7 @@ class Engine:
         spec = self.spec(res.inputs)
         if world.cron.spec != spec:
             if STATE not in world.kuberay.configmaps:
-                world.kuberay.configmaps[STATE] = {}
+                world.kuberay.create_configmap(STATE)
             world.cron.deploy(spec, res.run)
 
     def refresh(self) -> None:

@@ -36,11 +36,29 @@ class SimKube:
         self.head_up = True
         self.workers_up = True
         self.configmaps: dict[str, dict[str, str]] = {}
+        # metadata.resourceVersion: one counter for every object, moved by every write; a
+        # patch that names another version is refused with 409 Conflict (k8s.io/apiserver
+        # pkg/registry/generic/registry/store.go Update, OptimisticLockErrorMsg).
+        self.revision = 1
+        self.versions: dict[str, int] = {}
         self.generation = 0  # bumps at every pod deletion or restart, to drop stale events
         self.suspends: list[tuple[float, Any]] = []  # (time, actor) of each suspend patch
 
     # --- KubeRay -------------------------------------------------------------------------
+    def create_configmap(self, name: str) -> None:
+        self.configmaps[name] = {}
+        self._written(f"cm/{name}")
+
+    def _written(self, key: str) -> None:
+        self.revision += 1
+        self.versions[key] = self.revision
+
+    def conflict(self, key: str, patch: dict[str, Any]) -> bool:
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        return wanted is not None and str(wanted) != str(self.versions.get(key, 1))
+
     def patch_cluster(self, patch: dict[str, Any]) -> dict[str, Any]:
+        self._written("raycluster")
         suspend = (patch.get("spec") or {}).get("suspend")
         if suspend is not None and suspend != self.suspend:
             self.suspend = suspend
@@ -102,12 +120,14 @@ class SimKube:
         if self.suspend is not None:
             spec["suspend"] = self.suspend
         return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-                "metadata": {"name": self.name, "namespace": self.namespace},
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             "resourceVersion": str(self.versions.get("raycluster", 1))},
                 "spec": spec, "status": {"state": self.state} if self.state else {}}
 
     def configmap_object(self, name: str) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": self.namespace},
+                "metadata": {"name": name, "namespace": self.namespace,
+                             "resourceVersion": str(self.versions.get(f"cm/{name}", 1))},
                 "data": dict(self.configmaps[name])}
 
     # --- kubectl (the provider's seam) -------------------------------------------------------
@@ -123,6 +143,11 @@ class SimKube:
             return 1, "", f'Error from server (NotFound): {kind}s "{name}" not found\n'
         if verb == "patch":
             patch = json.loads(argv[argv.index("-p") + 1])
+            key = "raycluster" if kind == "raycluster" else f"cm/{name}"
+            if self.conflict(key, patch):
+                return 1, "", (f'Error from server (Conflict): Operation cannot be fulfilled on '
+                               f'{kind}s "{name}": the object has been modified; please apply '
+                               "your changes to the latest version and try again\n")
             if kind == "raycluster":
                 self.patch_cluster(patch)
             else:
@@ -146,6 +171,7 @@ class SimKube:
         return None
 
     def _patch_configmap(self, name: str, patch: dict[str, Any]) -> None:
+        self._written(f"cm/{name}")
         for key, value in (patch.get("data") or {}).items():
             if value is None:
                 self.configmaps[name].pop(key, None)
@@ -160,13 +186,19 @@ class SimKube:
             if name not in self.configmaps:
                 return 404, _not_found("configmaps", name)
             if method == "PATCH":
-                self._patch_configmap(name, json.loads(body or b"{}"))
+                patch = json.loads(body or b"{}")
+                if self.conflict(f"cm/{name}", patch):
+                    return 409, _conflict("configmaps", name)
+                self._patch_configmap(name, patch)
             return 200, self.configmap_object(name)
         if parts[:3] == ["apis", "ray.io", "v1"] and parts[5] == "rayclusters":
             if not self.cluster_exists or parts[6] != self.name:
                 return 404, _not_found("rayclusters.ray.io", parts[6])
             if method == "PATCH":
-                return 200, self.patch_cluster(json.loads(body or b"{}"))
+                patch = json.loads(body or b"{}")
+                if self.conflict("raycluster", patch):
+                    return 409, _conflict("rayclusters.ray.io", parts[6])
+                return 200, self.patch_cluster(patch)
             return 200, self.cluster_object()
         return 404, _not_found("unknown", path)
 
@@ -174,3 +206,10 @@ class SimKube:
 def _not_found(kind: str, name: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
             "message": f'{kind} "{name}" not found', "code": 404}
+
+
+def _conflict(kind: str, name: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
+            "message": f'Operation cannot be fulfilled on {kind} "{name}": the object has been '
+                       "modified; please apply your changes to the latest version and try "
+                       "again", "code": 409}
