@@ -267,6 +267,9 @@ if not cfg.run.skip_cluster_check:
             head_service=ray.head_service,
             kubeconfig=gke.kubeconfig,
             dashboard_address=cfg.run.dashboard_address,
+            # The gate in front of Ray: a released (suspended) cluster is resumed before the
+            # check runs, and a delete on it needs no Ray (components/ray/kube.py gate).
+            ray_cluster=ray.cluster_name,
         ),
         opts=pulumi.ResourceOptions(depends_on=[staging]),
     )

@@ -103,7 +103,7 @@ def test_an_invalid_run_is_refused_before_anything_is_registered():
 class _LogsUnreadable:
     """A job whose status Ray reports but whose log cannot be fetched in time."""
 
-    submission_id = "verl-gke-a4-grpo-0123456789ab"
+    submission_id = "verl-gke-a4-grpo-0123456789ab-a0"
     policy = job_provider.RequestPolicy()
 
     def log_tail(self, lines: int, info: dict | None = None) -> str:
@@ -112,10 +112,12 @@ class _LogsUnreadable:
 
 def test_refresh_keeps_the_last_metrics_when_the_log_cannot_be_read():
     """A log too large to fetch does not fail `pulumi refresh`: status is reported and the
-    previous metrics snapshot is kept."""
+    previous metrics snapshot of the same attempt is kept."""
     previous = {"step": 41.0, "critic/score/mean": 0.62}
     info = {"status": "RUNNING", "start_time": 1_700_000_000_000}
-    observed = job_provider._observed(_LogsUnreadable(), info, {"metrics": previous})
+    same = f"/#/jobs/{_LogsUnreadable.submission_id}"  # observed on this attempt before
+    observed = job_provider._observed(_LogsUnreadable(), info,
+                                      {"metrics": previous, "dashboard_path": same})
     assert observed["status"] == "RUNNING"
     assert observed["metrics"] == previous
     assert observed["start_time"] == "2023-11-14T22:13:20+00:00"

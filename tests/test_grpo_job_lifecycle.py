@@ -20,7 +20,7 @@ import pytest
 import requests
 from pulumi.runtime import rpc
 
-from components.ray import grpo_job
+from components.ray import grpo_job, protocol
 from components.ray.grpo_job import GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RequestPolicy
 from components.schema.run import export_command
@@ -158,14 +158,17 @@ def test_refresh_then_up_resubmits_a_failed_job_which_resumes_from_its_checkpoin
     ray_head, provider, said, tmp_path
 ):
     """A job that FAILS after `pulumi up` returned: `pulumi up --refresh` (read, then check,
-    diff, update) says why in the preview, resubmits under the same id, and the trainer
-    resumes from the last checkpoint it saved."""
+    diff, update) says why in the preview, submits the run's next attempt (`<run>-a1`), and the
+    trainer resumes from the last checkpoint it saved. With waitFor first-step, the update
+    returns on the new attempt's own first step (step 4), never on the step 3 the failed
+    attempt logged (review finding 5: attempts used to share one driver log)."""
     engine = Engine(provider)
     news = inputs(ray_head.dashboard_url,
-                  trainer(tmp_path, 6, fail_once=tmp_path / "failed", fail_at=3))
+                  trainer(tmp_path, 6, 0.5, fail_once=tmp_path / "failed", fail_at=3),
+                  "first-step")
     assert engine.up(news) == "create"
     sid = engine.state.id
-    wait_status(ray_head, sid, {"FAILED"})
+    wait_status(ray_head, f"{sid}-a0", {"FAILED"})
 
     engine.refresh()
     assert engine.state.outputs["status"] == "FAILED"
@@ -178,10 +181,14 @@ def test_refresh_then_up_resubmits_a_failed_job_which_resumes_from_its_checkpoin
     before = len(engine.calls)
     assert engine.up(news) == "update"
     assert engine.calls[before:] == ["check", "diff", "update"]
-    done = wait_status(ray_head, sid, {"SUCCEEDED"})
-    assert done["submission_id"] == sid
-    assert f"Load from checkpoint folder: {tmp_path / 'ckpt'}/global_step_3" in job_log(ray_head, sid)
-    assert sum(job["submission_id"] == sid for job in jobs(ray_head)) == 1
+    assert engine.state.outputs["metrics"]["step"] >= 4
+    assert engine.state.outputs["dashboard_path"].endswith(f"{sid}-a1")
+    done = wait_status(ray_head, f"{sid}-a1", {"SUCCEEDED"})
+    assert done["metadata"]["verl-gke-attempt"] == "1"
+    resumed = f"Load from checkpoint folder: {tmp_path / 'ckpt'}/global_step_3"
+    assert resumed in job_log(ray_head, f"{sid}-a1")
+    assert resumed not in job_log(ray_head, f"{sid}-a0")  # each attempt has its own log
+    assert sorted(protocol.attempts(jobs(ray_head), sid)) == [0, 1]
     assert any("FAILED at step 3; resubmitting" in line for line in said)
 
     # The next up, with nothing changed, proposes nothing: the finding was consumed.
@@ -211,7 +218,7 @@ def test_max_retries_resubmits_a_failing_job_while_up_follows_it(ray_head, provi
                   "succeeded", max_retries=1)
     created = provider.create(news)
     assert created.outs["status"] == "SUCCEEDED"
-    assert "global_step_2" in job_log(ray_head, created.id)
+    assert "global_step_2" in job_log(ray_head, f"{created.id}-a1")
     assert any("retry 1 of 1" in line for line in said)
 
 
@@ -246,12 +253,13 @@ def test_a_replace_whose_delete_cannot_reach_ray_never_creates_the_new_job(
         with pytest.raises(RayAccessError, match="may still be running; the stack is unchanged"):
             engine.up(new)
         assert engine.calls[-1] == "delete" and engine.state.id == old["submission_id"]
-        assert [j["submission_id"] for j in live_for(ray_head, resource)] == [old["submission_id"]]
+        assert [j["submission_id"] for j in live_for(ray_head, resource)] == [
+            old["submission_id"] + "-a0"]
 
         proxy.set_mode("flaky")  # every other connection dropped: retries get through
         assert engine.up(new) == "replace"
         live = live_for(ray_head, resource)
-        assert [j["submission_id"] for j in live] == [new["submission_id"]]
+        assert [j["submission_id"] for j in live] == [new["submission_id"] + "-a0"]
         stop_all(ray_head, resource)
 
 
@@ -269,10 +277,11 @@ def test_create_stops_a_live_job_of_the_same_stack_and_resource_first(
     fresh = {**stray, "submission_id": stray["submission_id"] + "-new"}
     created = provider.create(fresh)
     assert created.outs["status"] == "RUNNING"
-    assert requests.get(f"{ray_head.dashboard_url}/api/jobs/{stray['submission_id']}",
+    assert requests.get(f"{ray_head.dashboard_url}/api/jobs/{stray['submission_id']}-a0",
                         timeout=10).json()["status"] == "STOPPED"
-    assert [j["submission_id"] for j in live_for(ray_head, resource)] == [fresh["submission_id"]]
-    assert any(f"{stray['submission_id']} has stopped" in line for line in said)
+    assert [j["submission_id"] for j in live_for(ray_head, resource)] == [
+        fresh["submission_id"] + "-a0"]
+    assert any(f"{stray['submission_id']}-a0 has stopped" in line for line in said)
     assert live_for(ray_head, neighbour["metadata"]["verl-gke-resource"])
     stop_all(ray_head, resource)
     stop_all(ray_head, neighbour["metadata"]["verl-gke-resource"])
@@ -307,7 +316,7 @@ def test_refresh_reads_only_the_logs_tail_even_of_a_100_mb_log(ray_head, provide
                                    "succeeded"))
     big = provider.create(inputs(ray_head.dashboard_url,
                                  f"{TRAINER} --steps 2 --sleep 0 --log-mb 101", "succeeded"))
-    log_file = next(ray_head.temp_dir.glob(f"session_*/logs/job-driver-{big.id}.log"))
+    log_file = next(ray_head.temp_dir.glob(f"session_*/logs/job-driver-{big.id}-a0.log"))
     assert log_file.stat().st_size >= 100 * 1024 * 1024
 
     measured = {}
@@ -348,7 +357,7 @@ def test_restaging_stops_the_run_and_resubmits_it_after_staging_resuming(
     ray_head, provider, tmp_path
 ):
     """The engine's order for a re-staging: delete the job (it stops), replace the staging Job
-    (no live run while it writes), create the job again: same submission id, same run, and the
+    (no live run while it writes), create the job again: same run, its next attempt, and the
     trainer resumes from its checkpoint."""
     engine = Engine(provider)
     news = inputs(ray_head.dashboard_url, trainer(tmp_path, 200, 0.2, save_freq=1),
@@ -369,13 +378,14 @@ def test_restaging_stops_the_run_and_resubmits_it_after_staging_resuming(
     engine.state = None  # the engine recorded the delete
     assert engine.up({**news, "staged": "staging-abcdef0123"}) == "create"
     assert engine.state.id == news["submission_id"]
-    wait_status(ray_head, news["submission_id"], {"RUNNING"})
+    again = news["submission_id"] + "-a1"
+    wait_status(ray_head, again, {"RUNNING"})
     deadline = time.monotonic() + 30
-    while "Load from checkpoint folder" not in job_log(ray_head, news["submission_id"]):
+    while "Load from checkpoint folder" not in job_log(ray_head, again):
         assert time.monotonic() < deadline, "the resubmitted run did not resume"
         time.sleep(0.2)
     resumed = f"Load from checkpoint folder: {tmp_path / 'ckpt'}/global_step_{saved}"
-    assert resumed in job_log(ray_head, news["submission_id"])
+    assert resumed in job_log(ray_head, again)
     stop_all(ray_head, resource)
 
 
@@ -413,7 +423,7 @@ def test_a_run_that_succeeds_after_up_is_exported_by_up_refresh(ray_head, provid
         ray_head.dashboard_url, f"{TRAINER} --steps 3 --sleep 0.3 --checkpoint-dir {tmp_path / 'run'}"))
     engine.up(news)
     assert engine.state.outputs["export_status"] is None
-    wait_status(ray_head, news["submission_id"], {"SUCCEEDED"})
+    wait_status(ray_head, news["submission_id"] + "-a0", {"SUCCEEDED"})
     started = engine.state.outputs["start_time"]
 
     engine.refresh()
@@ -448,3 +458,42 @@ def test_a_failed_export_says_the_checkpoints_are_intact(ray_head, provider, tmp
         provider.create(news)
     assert "pulumi up --refresh" in str(failure.value)
     assert "verl-gke:job.exportModel" in str(failure.value)
+
+
+def test_outputs_never_carry_an_earlier_attempts_metrics():
+    """The outputs of attempt 1 hold no metric attempt 0 logged: before attempt 1's first step
+    they are empty, not attempt 0's (review finding 5); the last metrics are kept only for the
+    attempt they came from, when its log cannot be read."""
+    from components.ray import job_provider
+
+    class Attempt:
+        submission_id, policy = "verl-gke-test-grpo-0123456789ab-a1", POLICY
+
+        def log_tail(self, lines: int, info: dict | None = None) -> str:
+            return ""  # attempt 1 has logged no step yet
+
+    info = {"status": "RUNNING", "metadata": {"verl-gke-attempt": "1"}}
+    earlier = {"metrics": {"step": 35.0}, "first_step_s": 12.0,
+               "dashboard_path": "/#/jobs/verl-gke-test-grpo-0123456789ab-a0"}
+    assert job_provider._observed(Attempt(), info, earlier)["metrics"] is None
+    same = {**earlier, "dashboard_path": "/#/jobs/verl-gke-test-grpo-0123456789ab-a1"}
+    assert job_provider._observed(Attempt(), info, same)["metrics"] == {"step": 35.0}
+
+
+def test_following_an_attempt_lost_with_the_head_fails_up_with_what_to_do(monkeypatch):
+    """An attempt whose record is gone (the head restarted, its job table with it) fails the
+    wait after a short margin, saying so and what to run, instead of polling for ever."""
+    from components.ray import following
+
+    class Lost:
+        submission_id = "verl-gke-test-grpo-0123456789ab-a0"
+
+        def info(self):
+            return None
+
+        def where(self) -> str:
+            return f"Ray job {self.submission_id}"
+
+    monkeypatch.setattr(following, "MISSING_S", 0.05)
+    with pytest.raises(RayAccessError, match="no longer exists in Ray.*pulumi refresh"):
+        following.poll(Lost(), frozenset({"SUCCEEDED"}), time.monotonic() + 5, POLICY)

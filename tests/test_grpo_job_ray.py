@@ -22,7 +22,7 @@ import pytest
 import requests
 from pulumi.dynamic.dynamic import serialize_provider
 
-from components.ray import grpo_job
+from components.ray import grpo_job, protocol
 from components.ray.grpo_job import GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RayUnreachable, RequestPolicy
 from tests.local_ray import free_port, list_jobs
@@ -70,14 +70,14 @@ def props(address: str, command: str, wait_for: str = "running", **overrides) ->
     }
 
 
-def ray_job(ray_head, submission_id: str) -> dict | None:
-    reply = requests.get(f"{ray_head.dashboard_url}/api/jobs/{submission_id}", timeout=10)
-    return None if reply.status_code == 404 else reply.json()
+def ray_job(ray_head, run_id: str) -> dict | None:
+    """The newest attempt of the run (`<run id>-a<N>`, protocol.py) in Ray, None if none."""
+    found = attempts_of(ray_head, run_id)
+    return found[max(found)] if found else None
 
 
-def jobs_with_id(ray_head, submission_id: str) -> int:
-    jobs = list_jobs(ray_head.dashboard_url)
-    return sum(job["submission_id"] == submission_id for job in jobs)
+def attempts_of(ray_head, run_id: str) -> dict[int, dict]:
+    return protocol.attempts(list_jobs(ray_head.dashboard_url), run_id)
 
 
 def wait_terminal(ray_head, submission_id: str, timeout_s: float = 60) -> dict:
@@ -96,7 +96,7 @@ def test_create_reports_running_and_refresh_reports_success_with_metrics(ray_hea
     created = provider.create(inputs)
     assert created.id == inputs["submission_id"]
     assert created.outs["status"] == "RUNNING"
-    assert created.outs["dashboard_path"] == f"/#/jobs/{inputs['submission_id']}"
+    assert created.outs["dashboard_path"] == f"/#/jobs/{inputs['submission_id']}-a0"
     assert created.outs["start_time"] and created.outs["end_time"] is None
     wait_terminal(ray_head, created.id)
 
@@ -131,13 +131,13 @@ def test_repeated_create_adopts_the_job_instead_of_submitting_another(ray_head, 
     first = provider.create(inputs)
     second = provider.create(inputs)
     assert second.id == first.id
-    assert jobs_with_id(ray_head, first.id) == 1
+    assert sorted(attempts_of(ray_head, first.id)) == [0]
     assert second.outs["start_time"] == first.outs["start_time"]
 
 
 def test_config_change_replaces_the_job_and_stops_the_old_one_first(ray_head, provider):
-    """A new entrypoint means replace (delete before create): the old job is stopped and its
-    record removed, so that nothing (the supervisor) can resubmit it (protocol.py)."""
+    """A new entrypoint means replace (delete before create): the old job is stopped before
+    the new one is created (its record stays, as every attempt's does: protocol.py)."""
     old = provider.create(props(ray_head.dashboard_url, f"{TRAINER} --steps 50 --sleep 0.5"))
     news = props(ray_head.dashboard_url, f"{TRAINER} --steps 2 --sleep 0.2")
     diff = provider.diff(old.id, old.outs, news)
@@ -145,7 +145,7 @@ def test_config_change_replaces_the_job_and_stops_the_old_one_first(ray_head, pr
     assert set(diff.replaces) == {"submission_id", "entrypoint"}
 
     provider.delete(old.id, old.outs)  # the engine's order for delete_before_replace
-    assert ray_job(ray_head, old.id) is None
+    assert ray_job(ray_head, old.id)["status"] == "STOPPED"
     new = provider.create(news)
     assert new.outs["status"] in ("RUNNING", "SUCCEEDED")
 
@@ -163,7 +163,7 @@ def test_metadata_or_waiting_change_updates_without_replacing(ray_head, provider
     updated = provider.update(old.id, old.outs, news)
     assert updated.outs["status"] == "SUCCEEDED"
     assert updated.outs["metadata"] == {"owner": "someone-else"}
-    assert jobs_with_id(ray_head, old.id) == 1
+    assert sorted(attempts_of(ray_head, old.id)) == [0]
 
 
 def test_unchanged_inputs_have_no_diff(succeeded, provider):
@@ -173,17 +173,17 @@ def test_unchanged_inputs_have_no_diff(succeeded, provider):
 
 
 def test_delete_stops_a_running_job_and_a_new_create_runs_it_again(ray_head, provider):
-    """delete of a RUNNING job returns once it is stopped and its record removed; `pulumi up`
-    after a destroy submits the same id again (one record in Ray), and it runs."""
+    """delete of a RUNNING job returns once it is stopped; `pulumi up` after a destroy submits
+    the run's next attempt (the user decided), and it runs."""
     inputs = props(ray_head.dashboard_url, f"{TRAINER} --steps 100 --sleep 0.5")
     created = provider.create(inputs)
     provider.delete(created.id, created.outs)
-    assert ray_job(ray_head, created.id) is None
+    assert ray_job(ray_head, created.id)["status"] == "STOPPED"
 
     again = provider.create(inputs)
     assert again.outs["status"] == "RUNNING"
     assert again.outs["start_time"] > created.outs["start_time"]
-    assert jobs_with_id(ray_head, created.id) == 1
+    assert sorted(attempts_of(ray_head, created.id)) == [0, 1]
     provider.delete(again.id, again.outs)
 
 
@@ -207,7 +207,7 @@ def test_failing_entrypoint_fails_create_with_the_log_and_a_retry_resubmits(
     ray_head, provider, tmp_path
 ):
     """A job that FAILS before `waitFor` fails create with Ray's message and the log tail; the
-    next create with the same inputs submits it again under the same id."""
+    next create with the same inputs submits the run's next attempt."""
     marker = tmp_path / "failed-once"
     inputs = props(
         ray_head.dashboard_url, f"{TRAINER} --steps 1 --sleep 0.1 --fail-once {marker}",
@@ -222,7 +222,7 @@ def test_failing_entrypoint_fails_create_with_the_log_and_a_retry_resubmits(
 
     retried = provider.create(inputs)
     assert retried.outs["status"] == "SUCCEEDED"
-    assert jobs_with_id(ray_head, inputs["submission_id"]) == 1
+    assert sorted(attempts_of(ray_head, inputs["submission_id"])) == [0, 1]
 
 
 def test_unreachable_address_fails_with_job_address_and_fix(provider):

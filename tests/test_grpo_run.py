@@ -198,7 +198,7 @@ def test_entrypoint_is_the_tutorials_command_with_quoted_arguments():
     hw = profile("a4")
     run = GrpoRunConfig(extra_overrides={"trainer.experiment_name": "my run; rm -rf /"})
     command = entrypoint(run, hw, 2)
-    assert command.startswith("cd /data/verl && for s in $(ls -d /checkpoint-bucket/")
+    assert command.startswith("cd /data/verl && if t=$(cat /checkpoint-bucket/")
     assert "; PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo " in command
     arguments = shlex.split(command.split("main_ppo ", 1)[1])
     assert arguments == [f"{k}={v}" for k, v in hydra_overrides(run, hw, 2).items()]

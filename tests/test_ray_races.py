@@ -1,7 +1,8 @@
 """Ray's answers in races that a real head shows only by chance, replayed by a stub dashboard.
 
-When the supervisor and `pulumi up` resubmit the same run at once, one of them deletes a record
-that the other is using:
+When a record is deleted while another actor uses it (the ClusterCheck's resubmission of a
+finished check, or a person's `ray job delete`; a run's attempts are never deleted,
+components/ray/protocol.py):
 - between the Ray head's lookup of the record and its job agent's, the head answers 500 with the
   agent's 404 inside (ray/dashboard/modules/job/job_head.py JobAgentSubmissionClient._raise_error
   around job_agent.py's "Job <id> does not exist"); tests/test_supervisor_ray.py's concurrency
@@ -143,4 +144,4 @@ def test_the_supervisor_asks_for_the_job_list_again_too():
     job = {"submission_id": SID, "status": "PENDING", "metadata": {"verl-gke-resource": "grpo"}}
     answers = {("GET", "/api/jobs/"): [(500, BARE_500), (200, json.dumps([job]))]}
     with stub_dashboard(answers) as url:
-        assert supervisor.RayHttp(url, SID).live_jobs({"verl-gke-resource": "grpo"}) == [job]
+        assert supervisor.RayHttp(url, SID).list_jobs() == [job]

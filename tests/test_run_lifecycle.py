@@ -36,6 +36,32 @@ def test_prune_never_deletes_the_step_the_tracker_names(tmp_path):
     assert _prune(tmp_path, [10, 20, 30], 10, 1) == [10, 30]
 
 
+def test_prune_does_nothing_when_the_tracker_cannot_be_read(tmp_path):
+    """An unreadable or empty tracker (a transient GCS FUSE error) protects no step, so nothing
+    is pruned at all: the tracked step can never be among what goes (review finding 7)."""
+    run = tmp_path / "run"
+    for step in (10, 20, 30):
+        (run / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (run / CHECKPOINT_TRACKER).mkdir()  # cat fails on a directory, as on an I/O error
+    assert _prune_in(run) == [10, 20, 30]
+    (run / CHECKPOINT_TRACKER).rmdir()
+    (run / CHECKPOINT_TRACKER).write_text("")
+    assert _prune_in(run) == [10, 20, 30]
+
+
+def _prune_in(run) -> list[int]:
+    subprocess.run(["bash", "-c", prune_command(str(run), 2)], check=True, timeout=30)
+    return sorted(int(p.name.rsplit("_", 1)[1]) for p in run.glob("global_step_*"))
+
+
+def test_one_kept_checkpoint_is_refused_with_the_reason_and_the_fix():
+    """keepCheckpoints must be at least 2: with 1, verl's own pruning and a crash mid-save can
+    leave the tracker naming a step without its actor/ (review finding 7)."""
+    with pytest.raises(pydantic.ValidationError,
+                       match=r"keepCheckpoints=1 is too few: keep at least 2.*use 2"):
+        GrpoRunConfig.model_validate({"keepCheckpoints": 1})
+
+
 def test_prune_of_a_new_run_does_nothing_and_never_fails(tmp_path):
     """No checkpoint yet, no tracker: nothing to do, exit 0 (pruning never blocks a start)."""
     assert _prune(tmp_path, [], None, 2) == []

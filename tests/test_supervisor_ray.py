@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from components.ray import supervisor
+from components.ray import protocol, supervisor
 from components.ray.job_provider import PROVIDER_VERSION, GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RequestPolicy
 from components.schema.run import export_command
@@ -93,7 +93,7 @@ def cluster(tmp_path, ray_head, monkeypatch):
 def ticker(ray_head, said: list[str]):
     def tick(spec: dict, cluster: FileCluster) -> dict:
         return supervisor.tick(spec, lambda sid: supervisor.RayHttp(
-            ray_head.dashboard_url, sid, timeout_s=5, settle_s=30), cluster, said.append)
+            ray_head.dashboard_url, sid), cluster, said.append)  # the production 15 s
     return tick
 
 
@@ -124,14 +124,24 @@ def port_forwards(tmp_path: Path) -> int:
     return sum("port-forward" in line for line in lines)
 
 
+def required_resources(ray_head, sid: str) -> dict:
+    """What the job's supervisor actor was scheduled with. Ray runs an entrypoint inside that
+    actor, scheduled with the entrypoint resources (job_manager.py submit_job, :532-539), so
+    they are the request; the State API keeps a dead actor's details."""
+    actors = requests.get(f"{ray_head.dashboard_url}/api/v0/actors", timeout=10, params={
+        "filter_keys": "name", "filter_predicates": "=", "detail": "true",
+        "filter_values": f"_ray_internal_job_actor_{sid}"}).json()
+    return actors["data"]["result"]["result"][0]["required_resources"]
+
+
 def stop(ray_head, sid: str) -> None:
     requests.post(f"{ray_head.dashboard_url}/api/jobs/{sid}/stop", timeout=10)
 
 
-def test_a_failed_run_is_resubmitted_under_its_id_and_resumes(ray_head, cluster, tmp_path):
-    """FAILED after `pulumi up` returned: the next tick resubmits it under the same id as
-    attempt 1, which resumes from the checkpoint attempt 0 saved; refresh shows the attempts
-    and the last failure from Ray's record."""
+def test_a_failed_run_is_resubmitted_as_its_next_attempt_and_resumes(ray_head, cluster, tmp_path):
+    """FAILED after `pulumi up` returned: the next tick submits attempt 1 (`<run>-a1`), which
+    resumes from the checkpoint attempt 0 saved; refresh shows the attempts and the last
+    failure from Ray's record."""
     said: list[str] = []
     tick = ticker(ray_head, said)
     ckpt = tmp_path / "ckpt"
@@ -139,13 +149,13 @@ def test_a_failed_run_is_resubmitted_under_its_id_and_resumes(ray_head, cluster,
                               f"--fail-once {tmp_path / 'failed'} --fail-at 2")
     sid = spec["submission_id"]
     submit(ray_head, spec)
-    wait_status(ray_head, sid, {"FAILED"})
+    wait_status(ray_head, f"{sid}-a0", {"FAILED"})
 
     record = tick(spec, cluster)
     assert record["attempt"] == 1 and record["last_failure"].startswith("FAILED")
-    done = wait_status(ray_head, sid, {"SUCCEEDED"})
+    done = wait_status(ray_head, f"{sid}-a1", {"SUCCEEDED"})
     assert done["metadata"]["verl-gke-attempt"] == "1"
-    log = requests.get(f"{ray_head.dashboard_url}/api/jobs/{sid}/logs", timeout=10).json()
+    log = requests.get(f"{ray_head.dashboard_url}/api/jobs/{sid}-a1/logs", timeout=10).json()
     assert f"Load from checkpoint folder: {ckpt}/global_step_2" in log["logs"]
 
     refreshed = GrpoJobProvider(POLICY, say=lambda _: None).read(sid, provider_props(spec))
@@ -156,18 +166,19 @@ def test_a_failed_run_is_resubmitted_under_its_id_and_resumes(ray_head, cluster,
 
 def test_the_retry_budget_is_shared_and_a_spent_one_leaves_the_run_failed(ray_head, cluster):
     """maxRetries bounds every attempt, by whoever submits it: with 1, one resubmission, then
-    the supervisor gives up and says so."""
+    the supervisor gives up, says so, and releases the GPUs (review finding 6)."""
     said: list[str] = []
     tick = ticker(ray_head, said)
     spec = spec_for(ray_head, f"{TRAINER} --steps 1 --sleep 0 --fail", max_retries=1)
     sid = spec["submission_id"]
     submit(ray_head, spec)
-    wait_status(ray_head, sid, {"FAILED"})
+    wait_status(ray_head, f"{sid}-a0", {"FAILED"})
     assert tick(spec, cluster)["attempt"] == 1
-    wait_status(ray_head, sid, {"FAILED"})
+    wait_status(ray_head, f"{sid}-a1", {"FAILED"})
     record = tick(spec, cluster)
     assert record["attempt"] == 1 and "retry budget of 1 spent" in record["state"]
-    assert record_of(ray_head, sid)["metadata"]["verl-gke-attempt"] == "1"
+    assert record["released"] and cluster.suspended()
+    assert record_of(ray_head, f"{sid}-a2") is None
 
 
 def test_a_stalled_run_is_stopped_counted_as_failed_and_resubmitted(ray_head, cluster):
@@ -178,97 +189,46 @@ def test_a_stalled_run_is_stopped_counted_as_failed_and_resubmitted(ray_head, cl
     spec = spec_for(ray_head, f"{TRAINER} --steps 2 --sleep 60", stall_s=6, max_retries=1)
     sid = spec["submission_id"]
     submit(ray_head, spec)
-    wait_status(ray_head, sid, {"RUNNING"})
+    wait_status(ray_head, f"{sid}-a0", {"RUNNING"})
     assert tick(spec, cluster).get("stopped") is None  # within stall_s: left running
     time.sleep(6.5)
     record = tick(spec, cluster)
     assert record["stopped"]["reason"] == "no new step for 6 s before its first step"
-    assert record_of(ray_head, sid)["status"] == "STOPPED"
+    assert record_of(ray_head, f"{sid}-a0")["status"] == "STOPPED"
 
     record = tick(spec, cluster)
     assert record["attempt"] == 1
     assert record["last_failure"] == "no new step for 6 s before its first step"
-    wait_status(ray_head, sid, {"PENDING", "RUNNING"})
-    stop(ray_head, sid)
+    wait_status(ray_head, f"{sid}-a1", {"PENDING", "RUNNING"})
+    stop(ray_head, f"{sid}-a1")
 
 
 def test_a_run_stopped_by_someone_else_or_past_its_deadline_is_not_resubmitted(
     ray_head, cluster
 ):
-    """A STOPPED record the supervisor did not stop (a person, `pulumi destroy`) is left alone;
-    a run past its wall-clock deadline is stopped for good."""
+    """A STOPPED record the supervisor did not stop (a person) is left alone, GPUs kept; a run
+    past its wall-clock deadline is stopped for good, and its GPUs released."""
     said: list[str] = []
     tick = ticker(ray_head, said)
     spec = spec_for(ray_head, f"{TRAINER} --steps 100 --sleep 0.5")
     sid = spec["submission_id"]
     submit(ray_head, spec)
-    wait_status(ray_head, sid, {"RUNNING"})
-    stop(ray_head, sid)
-    wait_status(ray_head, sid, {"STOPPED"})
+    wait_status(ray_head, f"{sid}-a0", {"RUNNING"})
+    stop(ray_head, f"{sid}-a0")
+    wait_status(ray_head, f"{sid}-a0", {"STOPPED"})
     record = tick(spec, cluster)
     assert record["attempt"] == 0 and "stopped by someone else" in record["state"]
+    assert not cluster.suspended()
 
     late = spec_for(ray_head, f"{TRAINER} --steps 100 --sleep 0.5", deadline_s=1)
     submit(ray_head, late)
-    wait_status(ray_head, late["submission_id"], {"RUNNING"})
+    wait_status(ray_head, late["submission_id"] + "-a0", {"RUNNING"})
     time.sleep(1.2)
     record = tick(late, cluster)
     assert "deadline of" in record["state"]
-    assert record_of(ray_head, late["submission_id"])["status"] == "STOPPED"
-    assert tick(late, cluster)["attempt"] == 0  # no retry after a deadline
-
-
-def test_a_succeeded_run_is_exported_on_its_resources_then_the_gpus_are_released(
-    ray_head, cluster, tmp_path
-):
-    """SUCCEEDED: one tick submits the export with its entrypoint resources, a later one, once
-    the export SUCCEEDED, suspends the RayCluster. Refresh then reports the run from the
-    supervisor's record (the head is gone with the pods), proposes nothing, and delete does
-    not need Ray."""
-    said: list[str] = []
-    tick = ticker(ray_head, said)
-    root = tmp_path / "checkpoints"
-    run_dir = "grpo-16gpu-0123456789ab"
-    command = f"{TRAINER} --steps 2 --sleep 0 --checkpoint-dir {root / run_dir}"
-    merge = export_command(run_dir, merger=f"{sys.executable} {FAKES / 'model_merger.py'}",
-                           root=str(root), workdir=str(tmp_path))
-    # The local head has no GPU: a CPU share stands in for entrypoint_num_gpus to show that
-    # the export is submitted with its resources (Ray records them in the job's details).
-    resources = {"entrypoint_num_cpus": 0.5, "entrypoint_memory": 10_000_000}
-    spec = spec_for(ray_head, command, export={"entrypoint": merge, "resources": resources})
-    sid = spec["submission_id"]
-    submit(ray_head, spec)
-    wait_status(ray_head, sid, {"SUCCEEDED"})
-
-    record = tick(spec, cluster)
-    assert not record.get("released")
-    wait_status(ray_head, f"{sid}-export", {"SUCCEEDED"})
-    # Ray runs an entrypoint inside the job's supervisor actor, scheduled with the entrypoint
-    # resources (job_manager.py submit_job): the actor's required resources are the request.
-    actors = requests.get(f"{ray_head.dashboard_url}/api/v0/actors", timeout=10, params={
-        "filter_keys": "name", "filter_predicates": "=", "detail": "true",
-        "filter_values": f"_ray_internal_job_actor_{sid}-export"}).json()
-    required = actors["data"]["result"]["result"][0]["required_resources"]
-    assert required == {"CPU": 0.5, "memory": 10_000_000}
-    assert (root / run_dir / "huggingface").is_dir()
-
-    record = tick(spec, cluster)
-    assert record["released"] and cluster.suspended() and cluster.suspends == 1
-    assert record["state"] == "SUCCEEDED at step 2, export SUCCEEDED, GPUs released"
-
-    provider = GrpoJobProvider(POLICY, say=lambda _: None)
-    props = provider_props(spec, wait_for="first-step", status="SUCCEEDED")
-    refreshed = provider.read(sid, props)
-    assert refreshed.outs["state"] == record["state"]
-    assert refreshed.outs["export_status"] == "SUCCEEDED" and refreshed.inputs["job_state"] == ""
-    assert provider.diff(sid, refreshed.outs, props).changes is False
-    assert tick(spec, cluster)["released"] and cluster.suspends == 1  # nothing more to do
-    # `pulumi destroy` deletes the supervisor (and its record) first, then the job: a suspended
-    # RayCluster alone tells delete that nothing runs, and it asks no Ray (no port-forward).
-    cluster.state_path.unlink()
-    forwards = port_forwards(tmp_path)
-    provider.delete(sid, refreshed.outs)
-    assert port_forwards(tmp_path) == forwards
+    assert record_of(ray_head, late["submission_id"] + "-a0")["status"] == "STOPPED"
+    record = tick(late, cluster)
+    assert record["attempt"] == 0 and record["released"]  # no retry after a deadline
 
 
 def test_a_new_run_brings_released_gpus_back(ray_head, cluster):
@@ -288,7 +248,7 @@ def test_provider_and_supervisor_acting_at_once_run_one_attempt_at_a_time(
 ):
     """`pulumi up` following a failing run (its own retries) while the supervisor ticks as fast
     as it can: never two attempts at once (each attempt holds a lock file the whole time it
-    runs), one record under the id, and the shared budget: exactly maxRetries + 1 attempts."""
+    runs), one record per attempt id, and the shared budget: exactly maxRetries + 1 attempts."""
     said: list[str] = []
     tick = ticker(ray_head, said)
     lock, overlaps = tmp_path / "lock", tmp_path / "overlaps"
@@ -319,6 +279,87 @@ def test_provider_and_supervisor_acting_at_once_run_one_attempt_at_a_time(
         thread.join(timeout=60)
     assert errors == []
     assert not overlaps.exists(), overlaps.read_text()
-    jobs = list_jobs(ray_head.dashboard_url)
-    assert sum(job["submission_id"] == sid for job in jobs) == 1
-    assert record_of(ray_head, sid)["metadata"]["verl-gke-attempt"] == "3"
+    found = protocol.attempts(list_jobs(ray_head.dashboard_url), sid)
+    assert sorted(found) == [0, 1, 2, 3]  # each attempt once, none beyond the budget
+    assert all(info["metadata"]["verl-gke-attempt"] == str(n) for n, info in found.items())
+
+
+def test_the_cluster_check_never_port_forwards_to_a_released_cluster(ray_head, cluster, tmp_path):
+    """After a release, the ClusterCheck's delete (every `pulumi destroy`) needs no Ray and
+    opens no port-forward (kubectl would wait for a head pod that never comes), and its create
+    (a re-check for a new run) resumes the cluster before it port-forwards (review finding 1)."""
+    from components.ray.cluster_check import ClusterCheckProvider
+
+    cluster.suspend()
+    access = {**provider_props(spec_for(ray_head, "true"))["access"]}
+    access.pop("state")
+    props = {"submission_id": "verl-gke-test-cluster-check-0123456789ab", "entrypoint": "true",
+             "runtime_env": {}, "metadata": {}, "timeout_s": 30, "access": access}
+    check = ClusterCheckProvider(POLICY, say=lambda _: None)
+    forwards = port_forwards(tmp_path)
+    check.delete(props["submission_id"], props)
+    assert port_forwards(tmp_path) == forwards and cluster.suspended()
+
+    # A Service the fake kubectl does not know: the port-forward fails at once, after the gate.
+    with pytest.raises(RayAccessError, match="not found"):
+        check.create({**props, "access": {**access, "service": "gone-head-svc"}})
+    assert not cluster.suspended() and port_forwards(tmp_path) == forwards + 1
+
+
+def test_an_export_that_failed_for_good_releases_the_gpus_and_up_refresh_exports_it(
+    ray_head, cluster, tmp_path
+):
+    """SUCCEEDED: a tick submits the export on its entrypoint resources. It fails for good
+    (budget 0: no checkpoint to merge), and the next tick releases the GPUs with the reason
+    (review finding 6: a given-up run used to keep them). Once the cause is fixed, `pulumi up
+    --refresh` finds the run SUCCEEDED and not exported, resumes the cluster, exports (a
+    released run could not be exported before), and the next tick releases the GPUs again.
+    Refresh then reports the run from the supervisor's record (the head is gone with the pods),
+    proposes nothing, and delete needs no Ray."""
+    said: list[str] = []
+    tick = ticker(ray_head, said)
+    root, run_dir = tmp_path / "checkpoints", "grpo-16gpu-0123456789ab"
+    merge = export_command(run_dir, merger=f"{sys.executable} {FAKES / 'model_merger.py'}",
+                           root=str(root), workdir=str(tmp_path))
+    # The local head has no GPU: a CPU share stands in for entrypoint_num_gpus to show that
+    # the export is submitted with its resources (Ray records them in the job's details).
+    resources = {"entrypoint_num_cpus": 0.5, "entrypoint_memory": 10_000_000}
+    spec = spec_for(ray_head, f"{TRAINER} --steps 1 --sleep 0", max_retries=0,
+                    export={"entrypoint": merge, "resources": resources})
+    sid = spec["submission_id"]
+    submit(ray_head, spec)
+    wait_status(ray_head, f"{sid}-a0", {"SUCCEEDED"})
+    assert not tick(spec, cluster).get("released")
+    wait_status(ray_head, f"{sid}-export-a0", {"FAILED"})  # no checkpoint to merge
+    assert required_resources(ray_head, f"{sid}-export-a0") == {"CPU": 0.5, "memory": 10_000_000}
+    record = tick(spec, cluster)
+    assert record["released"] and cluster.suspended() and cluster.suspends == 1
+    assert record["released_reason"] == "export failed; retry budget of 0 spent"
+
+    (root / run_dir / "global_step_1" / "actor").mkdir(parents=True)  # the cause, fixed
+    (root / run_dir / "latest_checkpointed_iteration.txt").write_text("1")
+    provider = GrpoJobProvider(POLICY, say=said.append)
+    props = provider_props(spec, wait_for="first-step", status="SUCCEEDED")
+    refreshed = provider.read(sid, props)
+    assert refreshed.inputs["job_state"] == "SUCCEEDED, model not exported"
+    assert provider.diff(sid, refreshed.outs, props).changes
+    updated = provider.update(sid, refreshed.outs, props)
+    assert updated.outs["export_status"] == "SUCCEEDED" and not cluster.suspended()
+    assert required_resources(ray_head, f"{sid}-export-a1") == {"CPU": 0.5, "memory": 10_000_000}
+    assert (root / run_dir / "huggingface" / "model.safetensors").read_text() == "global_step_1"
+
+    record = tick(spec, cluster)
+    assert record["released"] and cluster.suspended() and cluster.suspends == 2
+    assert record["state"] == "SUCCEEDED at step 1, export SUCCEEDED, GPUs released"
+    assert tick(spec, cluster)["released"] and cluster.suspends == 2  # nothing more to do
+
+    refreshed = provider.read(sid, {**props, **updated.outs})
+    assert refreshed.outs["state"] == record["state"]
+    assert refreshed.outs["export_status"] == "SUCCEEDED" and refreshed.inputs["job_state"] == ""
+    assert provider.diff(sid, refreshed.outs, props).changes is False
+    # `pulumi destroy` deletes the supervisor (and its state) first, then the job: a suspended
+    # RayCluster alone tells delete that nothing runs, and it asks no Ray (no port-forward).
+    cluster.state_path.unlink()
+    forwards = port_forwards(tmp_path)
+    provider.delete(sid, refreshed.outs)
+    assert port_forwards(tmp_path) == forwards

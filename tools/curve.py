@@ -135,7 +135,10 @@ def access_from_stack(stack: str) -> tuple[dict[str, Any], str]:
             "kubeconfig": outputs["kubeconfig"], "namespace": ray["namespace"],
             "service": ray["headService"], "port": ray["dashboardPort"],
         }
-        submission_id = outputs["job"]["submissionId"]
+        # The run's newest attempt is its own Ray job, `<run id>-a<N>` (components/ray/protocol.py),
+        # which job.dashboardPath (`/#/jobs/<attempt id>`) names.
+        path = outputs["job"].get("dashboardPath") or ""
+        submission_id = path.rsplit("/", 1)[-1] or outputs["job"]["submissionId"]
     except (KeyError, TypeError) as error:
         raise cli.UsageError(
             f"STACK={stack!r} has no output {error} yet: the stack has not been deployed, or "

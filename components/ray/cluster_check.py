@@ -36,6 +36,7 @@ from components.facts.hardware import HardwareProfile
 from components.facts.layout import DASHBOARD_PORT
 from components.options import child_options
 from components.ray.grpo_job import Progress, access_inputs, deterministic_id, poll
+from components.ray.kube import gate
 from components.ray.ray_access import (
     TERMINAL_STATUSES,
     RayAccessError,
@@ -50,7 +51,7 @@ SCRIPT = Path(__file__).parent / "checks" / "cluster_check_script.py"
 # The script's result line starts with this (its RESULT_PREFIX). Not imported from it: the
 # script imports ray, which would add a second to every `pulumi preview`.
 RESULT_PREFIX = "VERL_GKE_CLUSTER_CHECK "
-PROVIDER_VERSION = "1"
+PROVIDER_VERSION = "2"
 # Inputs that define a check: any change runs it again (a new job under a new id).
 _REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "expected")
 _OUTPUT_KEYS = ("status", "inventory", "bus_bandwidth_gbs", "read_mbps", "world_size")
@@ -72,6 +73,10 @@ class ClusterCheckArgs:
     # expectations of zero GPUs. Never set in a stack.
     gloo_ranks: int = 0
     expected_overrides: dict = dataclasses.field(default_factory=dict)
+    # The RayCluster's name, for the gate in front of Ray (kube.gate): a create on a suspended
+    # cluster resumes it first, a delete on one needs no Ray. None: no gate (a configured
+    # dashboard address, tests).
+    ray_cluster: pulumi.Input[str] | None = None
 
 
 class ClusterCheck(pulumi.ComponentResource):
@@ -150,6 +155,8 @@ def check_inputs(name: str, args: ClusterCheckArgs) -> dict[str, Any]:
     want = expected(args)
     access = access_inputs(args.dashboard_address, args.kubeconfig, args.namespace,
                          args.head_service, args.dashboard_port)
+    if "kubeconfig" in access and args.ray_cluster is not None:
+        access["ray_cluster"] = args.ray_cluster
     return {
         "submission_id": deterministic_id(
             pulumi.get_stack(),
@@ -188,6 +195,10 @@ class ClusterCheckProvider(dynamic.ResourceProvider):
         self.say = say
 
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        # A cluster released after an earlier run is resumed first (its head Service has no pod
+        # to port-forward to) and waited for until ready: the check needs every GPU up.
+        gate(props["access"], self.policy, resume=True, timeout_s=float(props["timeout_s"]),
+             say=self.say or pulumi.log.info)
         with open_dashboard(props["access"], self.policy) as dashboard:
             jobs = RayJobs(dashboard, props["submission_id"], self.policy)
             progress = Progress(jobs, self.policy, self.say or pulumi.log.info)
@@ -219,7 +230,11 @@ class ClusterCheckProvider(dynamic.ResourceProvider):
         return dynamic.ReadResult(id_, props)  # a past measurement: nothing to refresh
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        """Stop a check still running (it holds every GPU); a finished one is history."""
+        """Stop a check still running (it holds every GPU); a finished one is history. On a
+        suspended cluster nothing runs, and there is no head to ask (review finding 1)."""
+        if gate(props["access"], self.policy, resume=False,
+                timeout_s=float(props["timeout_s"]), say=self.say or pulumi.log.info):
+            return
         try:
             with open_dashboard(props["access"], self.policy) as dashboard:
                 jobs = RayJobs(dashboard, id_, self.policy)

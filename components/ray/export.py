@@ -8,8 +8,8 @@ through that worker's GCS FUSE cache on its local SSDs, and never touches the sy
 boot disk. The need is computed from the model's size and checked against the worker before
 the run starts (`memory_problems`).
 
-Both the provider and the supervisor submit it under `<run id>-export` (protocol.py): once per
-run, adopted by whoever comes second.
+Both the provider and the supervisor submit it as `<run id>-export-a<N>` (protocol.py): one
+winner per attempt, adopted by whoever comes second.
 """
 
 from __future__ import annotations
@@ -35,9 +35,13 @@ DEFAULT_MODEL_PARAMETERS = DEFAULT_MODEL.parameter_count
 # the allocator and torch's own buffers: an estimate, not a measurement.
 _FP32_BYTES = 4
 _HEADROOM = 1.25
-# Ray gives a node's memory minus its object store to tasks and jobs; the object store takes
-# 30% of the memory, at most 200 GB (ray/_private/ray_constants.py
-# DEFAULT_OBJECT_STORE_MEMORY_PROPORTION, DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES, Ray 2.47).
+# What is checked: the pod's memory minus the object store's share (30%, at most 200 GB,
+# ray/_private/ray_constants.py DEFAULT_OBJECT_STORE_MEMORY_PROPORTION and _MAX_MEMORY_BYTES at
+# Ray 2.47). Ray itself offers more: KubeRay passes `--memory=<container limit>` (kuberay
+# v1.7.0 controllers/ray/common/pod.go:1407-1411) and Ray then uses that value as the `memory`
+# resource (ray-2.47.0 python/ray/_private/resource_spec.py:266-268 subtracts the object store
+# only when `memory` is unset). Stricter than Ray, on purpose: the object store still takes
+# its share of the pod's RAM.
 _OBJECT_STORE_SHARE, _OBJECT_STORE_MAX = 0.3, 200e9
 _UNITS = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
@@ -94,16 +98,12 @@ def export_pending(olds: dict[str, Any], news: dict[str, Any]) -> bool:
     )
 
 
-def export_id(submission_id: str) -> str:
-    return f"{submission_id}{protocol.EXPORT_SUFFIX}"
-
-
 def export_status(jobs: RayJobs, props: dict[str, Any]) -> str | None:
-    """The export job's status in Ray, or what the state last said if Ray has no record."""
+    """The newest export attempt's status in Ray, or what the state last said if Ray has none."""
     if not props.get("export_entrypoint"):
         return None
-    info = RayJobs(jobs.dashboard, export_id(jobs.submission_id), jobs.policy).info()
-    return info["status"] if info else props.get("export_status")
+    found = protocol.attempts(jobs.list_jobs(), protocol.export_run(jobs.submission_id))
+    return found[max(found)]["status"] if found else props.get("export_status")
 
 
 def export_submission(props: dict[str, Any]) -> Submission:
@@ -116,29 +116,34 @@ def export_submission(props: dict[str, Any]) -> Submission:
 
 
 def run_export(
-    jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: Progress
+    jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: Progress,
+    known: int | None = None,
 ) -> str:
     """Run verl's model merger on the run's last checkpoint as a Ray job, once per run.
 
-    Its submission id is the run's with `-export`: a retried `pulumi up` or the supervisor
-    adopts it, a FAILED one is submitted again (the merger writes to a scratch directory and
-    renames it into place). It requests a GPU and the merger's memory (components/ray/export.py).
+    Its attempts are `<run id>-export-a<N>` (protocol.py): a live or SUCCEEDED one is adopted,
+    after a FAILED or STOPPED one (or none, `known` being the newest the supervisor's record
+    knows when the head's job table is gone) the next is submitted; the merger writes to a
+    scratch directory and renames it into place. It requests a GPU and the merger's memory.
     """
-    export = RayJobs(jobs.dashboard, export_id(jobs.submission_id), policy)
-    job = export_submission(props)
+    run = protocol.export_run(jobs.submission_id)
+    found = protocol.attempts(jobs.list_jobs(), run)
+    newest = max(found, default=None)
     progress.say(f"SUCCEEDED; exporting the model to {props.get('model_uri') or 'the run dir'}")
-    if not protocol.submit_first(export, job):
-        info = export.info() or {}
-        if info.get("status") in RESUBMITTABLE:
-            protocol.resubmit(export, job, info, f"export {info['status']}", progress.say,
-                              policy.stop_timeout_s, policy.poll_min_s)
-    deadline = time.monotonic() + props["timeout_s"]
-    info = poll(export, TERMINAL, deadline, policy)
+    if newest is not None and found[newest]["status"] not in RESUBMITTABLE:
+        number = newest
+    else:
+        number = max(n for n in (newest, known, -1) if n is not None) + 1
+        why = f"export {found[newest]['status']}" if newest is not None else None
+        if not protocol.submit_attempt(jobs.for_id, run, number, export_submission(props), why):
+            progress.say(f"adopted export attempt {number}")
+    attempt = jobs.for_id(protocol.attempt_id(run, number))
+    info = poll(attempt, TERMINAL, time.monotonic() + props["timeout_s"], policy)
     if info["status"] != "SUCCEEDED":
         raise RayAccessError(
-            f"the run SUCCEEDED, but {export.where()} exporting its model ended "
+            f"the run SUCCEEDED, but {attempt.where()} exporting its model ended "
             f"{info['status']} ({info.get('message')}). Last log lines:\n"
-            f"{log_tail(export, info)}\nThe checkpoints are intact; fix the cause, then run "
+            f"{log_tail(attempt, info)}\nThe checkpoints are intact; fix the cause, then run "
             "`pulumi up --refresh` to export again, or set verl-gke:job.exportModel to false"
         )
     progress.say(f"model exported to {props.get('model_uri')}")

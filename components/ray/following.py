@@ -18,6 +18,12 @@ from components.ray.protocol import last_metrics
 from components.ray.ray_access import RayAccessError, RayJobs, RequestPolicy
 
 
+# How long a record may be missing before it is reported gone: a head that restarts answers
+# with no table at all, a submission is visible as soon as Ray answered it (job_manager.py
+# put_info before submit_job returns), so this is only a margin for a slow head.
+MISSING_S = 10.0
+
+
 class Progress:
     """Status and phase changes as they happen; otherwise one line per `progress_every_s` with
     the time waited and the latest metrics. Only status, phases, times and parsed numbers are
@@ -30,6 +36,14 @@ class Progress:
         self._phase = 0
         self._next = self._started + policy.progress_every_s
         self.first_step_s: float | None = None
+
+    def follow(self, jobs: RayJobs) -> None:
+        """Follow another attempt from now on: its status, phases and first step are its own
+        (each attempt has its own driver log, protocol.py), so nothing of the one before counts.
+        """
+        if jobs.submission_id != self._jobs.submission_id:
+            self._jobs = jobs
+            self._status, self._phase, self.first_step_s = None, 0, None
 
     def say(self, text: str) -> None:
         self._say(f"{self._jobs.submission_id}: {text}")
@@ -86,8 +100,8 @@ def poll(
     until: Callable[[dict], bool] | None = None,
 ) -> dict:
     """Poll the job until its status is one of `statuses` (or `until` holds), at most 10% after
-    it got there. A record missing for a moment is being resubmitted (protocol.py); missing for
-    longer than protocol.GAP_S it is gone."""
+    it got there. Records are never deleted (protocol.py): one missing for longer than
+    MISSING_S was lost with the head's job table."""
     started = time.monotonic()
     missing_since: float | None = None
     while True:
@@ -95,7 +109,7 @@ def poll(
         now = time.monotonic()
         if info is None:
             missing_since = missing_since or now
-            if now - missing_since > protocol.GAP_S:
+            if now - missing_since > MISSING_S:
                 raise RayAccessError(
                     f"{jobs.where()} no longer exists in Ray (was the head restarted?); run "
                     "`pulumi refresh` and then `pulumi up` to submit it again"

@@ -1,23 +1,27 @@
 """GrpoJobProvider: the dynamic provider that submits the GRPO run to Ray and follows it.
 
-- create submits with the run's submission id, so a retried `pulumi up` adopts the job it
-  already started; a job found FAILED or STOPPED under that id is submitted again and resumes
-  from the run's checkpoints (protocol.py). Before submitting it stops any other live job of the
-  same stack and resource (left behind by a lost state or a `pulumi state delete`) and waits
-  until it has stopped. On a RayCluster the supervisor released (suspended) after an earlier
-  run, it first brings the cluster back. It then follows the job as far as `waitFor` says
-  (default: verl's first training step), within `timeoutMinutes`, printing a line at each phase
-  and a bounded heartbeat, and resubmitting a job that fails while the retry budget lasts;
+The run's id is the resource's id; its attempts are the Ray jobs `<run id>-a<N>` and its
+export's `<run id>-export-a<N>` (protocol.py, docs/run-lifecycle.md).
+- create writes the provider's mark (this run is the stack's) into the supervisor's state,
+  stops any other live job of the same stack and resource (an earlier run's, left behind by a
+  lost state or a `pulumi state delete`), then submits attempt 0, or adopts the newest attempt
+  an earlier, interrupted `up` or the supervisor submitted (after a FAILED or STOPPED one, the
+  next). On a suspended RayCluster it first brings the cluster back (kube.gate). It then follows
+  the attempt as far as `waitFor` says (default: verl's first training step), within
+  `timeoutMinutes`, printing a line at each phase and a bounded heartbeat, and submitting the
+  next attempt after one that fails while the retry budget lasts;
 - diff replaces the job when the run's config or the staged files change (stopping the old one
   first) and updates in place for metadata, waiting or access changes, and for a job that a
-  refresh found FAILED or STOPPED (update resubmits it; a SUCCEEDED job is never resubmitted);
+  refresh found FAILED or STOPPED (update submits the next attempt; a SUCCEEDED run is never
+  resubmitted) or SUCCEEDED without its export (update exports, resuming a released cluster);
 - read (`pulumi refresh`) reports status, times, attempts, the last failure and the last metric
-  line, from Ray, or from the supervisor's record once the cluster is released;
-- delete stops a running job, waits until it has stopped and deletes its record, so that the
-  supervisor, which acts only on a record it finds, has nothing left to resubmit. A released
-  cluster, a finished or unknown job is fine, and a head Service that Kubernetes says is gone
-  yields a warning; a Ray that cannot be reached fails the delete, because a replacement created
-  after it would run next to the old job.
+  line of the newest attempt, from Ray, or from the supervisor's record once the cluster is
+  released;
+- delete first writes "ended" into the provider's mark, so that no supervisor tick acts on the
+  run again, then stops every live attempt and export and waits until each has stopped. A
+  suspended cluster needs no Ray, a finished or unknown job is fine, and a head Service that
+  Kubernetes says is gone yields a warning; a Ray that cannot be reached fails the delete,
+  because a replacement created after it would run next to the old job.
 
 Progress reaches the CLI through the provider's stderr: the dynamic provider process has no
 engine connection (pulumi/dynamic/__main__.py configures Settings without one), so
@@ -29,6 +33,7 @@ pulumi-resource-pulumi-python from the hiding applied to other providers' output
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, Callable
 
@@ -38,7 +43,7 @@ from pulumi.runtime import rpc
 
 from components.ray import export, protocol
 from components.ray.following import Progress, iso, log_tail, poll, short, tail_metrics
-from components.ray.kube import open_cluster
+from components.ray.kube import gate, open_cluster
 from components.ray.protocol import RESUBMITTABLE, TERMINAL, Submission, last_metrics
 from components.ray.ray_access import (
     RayAccessError,
@@ -52,7 +57,7 @@ from components.schema.lifecycle import WaitFor
 
 # Bump when the provider's behaviour changes: a changed input makes the engine call update,
 # because the provider itself is pickled by reference and its code is not part of the diff.
-PROVIDER_VERSION = "3"
+PROVIDER_VERSION = "4"
 
 # Statuses that satisfy each waitFor by themselves (first-step also needs a step line).
 _REACHED = {
@@ -109,12 +114,14 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         return dynamic.CheckResult(news, failures)
 
     def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
-        self._bring_back(props)
+        self._mark(props)
+        record = self._await_release(props)
+        self._gate(props, resume=True)
         with open_dashboard(props["access"], self.policy) as dashboard:
             jobs = RayJobs(dashboard, props["submission_id"], self.policy)
             progress = self._progress(jobs)
-            _submit_or_adopt(jobs, props, progress)
-            outs = self._follow(jobs, props, progress)
+            number = _submit_or_adopt(jobs, props, progress, record)
+            outs = self._follow(jobs, props, progress, number)
         return dynamic.CreateResult(props["submission_id"], outs)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
@@ -133,33 +140,57 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         self, _id: str, olds: dict[str, Any], news: dict[str, Any]
     ) -> dynamic.UpdateResult:
         released = self._released(news)
-        if released is not None and olds.get("status") not in RESUBMITTABLE:
+        exporting = export.export_pending(olds, news)
+        if released is not None and olds.get("status") not in RESUBMITTABLE and not exporting:
             # The run SUCCEEDED and the cluster was released: following or describing it
             # differently needs no Ray, and must not bring the GPUs back.
             return dynamic.UpdateResult({**olds, **news, **_from_record(released, olds),
                                          "job_state": ""})
-        self._bring_back(news)
+        record = released or {}
+        if olds.get("status") in RESUBMITTABLE or exporting:
+            self._mark(news)  # this run is the stack's, and `up` acts on it: see _await_release
+            record = self._await_release(news)
+        self._gate(news, resume=True)
         with open_dashboard(news["access"], self.policy) as dashboard:
             jobs = RayJobs(dashboard, news["submission_id"], self.policy)
             progress = self._progress(jobs)
             if olds.get("status") in RESUBMITTABLE:
                 # What the preview announced: the refreshed state said FAILED or STOPPED. Ray is
                 # asked again, so a job someone resubmitted meanwhile is adopted, not doubled.
-                _submit_or_adopt(jobs, news, progress)
-            outs = self._follow(jobs, {**olds, **news}, progress)
+                number = _submit_or_adopt(jobs, news, progress, record)
+            elif released is not None:
+                # Released after the run SUCCEEDED, its export not done: the cluster was resumed
+                # above (a new head, an empty job table); export, and the supervisor releases
+                # the GPUs again once the export SUCCEEDED.
+                outs = {**olds, **news, **_from_record(released, olds), "job_state": ""}
+                outs["export_status"] = export.run_export(
+                    jobs, news, self.policy, progress, released.get("export_attempt"))
+                outs["state"] = protocol.describe({**released, "released": False,
+                                                   "ended": None,
+                                                   "export_status": outs["export_status"]})
+                return dynamic.UpdateResult(outs)
+            else:
+                number = _newest(jobs, record)
+            outs = self._follow(jobs, {**olds, **news}, progress, number)
         return dynamic.UpdateResult(outs)
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
         released = self._released(props)
         if released is not None:
             outs = {**props, **_from_record(released, props)}
+        elif self._gate(props, resume=False):
+            # Suspended, but not by the supervisor after this run: nothing runs, no head to ask.
+            outs = {**props, "state": f"{props.get('status')}, RayCluster suspended"}
         else:
             with open_dashboard(props["access"], self.policy) as dashboard:
                 jobs = RayJobs(dashboard, id_, self.policy)
-                info = jobs.info()
-                if info is None:
+                found = protocol.attempts(jobs.list_jobs(), id_)
+                if not found:
                     return dynamic.ReadResult("", {})  # gone from Ray: drop it from the stack
-                observed = _observed(jobs, info, props)
+                number = max(found)
+                attempt = jobs.for_id(protocol.attempt_id(id_, number))
+                info = found[number]
+                observed = _observed(attempt, info, props)
                 observed["export_status"] = (
                     export.export_status(jobs, props) if info["status"] == "SUCCEEDED"
                     else props.get("export_status")
@@ -174,11 +205,12 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         return dynamic.ReadResult(id_, outs, inputs)
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        with open_cluster(props.get("access") or {}, self.policy) as cluster:
-            # Suspended: KubeRay deleted every Ray pod, the head and its jobs included. (On
-            # `pulumi destroy` the supervisor's record is already gone: it is deleted first.)
-            if cluster is not None and cluster.suspended():
-                return
+        # "Ended" is written down first, so that no supervisor tick submits for this run again
+        # (protocol.not_ours); on `pulumi destroy` the supervisor and its state are gone already.
+        self._mark(props, ended="deleted (destroy or replace)")
+        # Suspended: KubeRay deleted every Ray pod, the head and its jobs included.
+        if self._gate(props, resume=False):
+            return
         try:
             with open_dashboard(props["access"], self.policy) as dashboard:
                 self._end(RayJobs(dashboard, id_, self.policy))
@@ -200,32 +232,35 @@ class GrpoJobProvider(dynamic.ResourceProvider):
     def _progress(self, jobs: RayJobs) -> "Progress":
         return Progress(jobs, self.policy, self.say or pulumi.log.info)
 
-    def _follow(self, jobs: RayJobs, props: dict[str, Any], progress: "Progress") -> dict:
-        info = _wait(jobs, props, self.policy, progress)
-        outs = {**props, **_observed(jobs, info, props), "job_state": ""}
-        outs["first_step_s"] = progress.first_step_s or props.get("first_step_s")
+    def _follow(self, jobs: RayJobs, props: dict[str, Any], progress: "Progress",
+                number: int) -> dict:
+        attempt, info = _wait(jobs, number, props, self.policy, progress)
+        outs = {**props, **_observed(attempt, info, props), "job_state": ""}
+        outs["first_step_s"] = progress.first_step_s or (
+            props.get("first_step_s") if _same_attempt(attempt, props) else None)
         outs["export_status"] = props.get("export_status")
         if info["status"] == "SUCCEEDED" and props.get("export_entrypoint"):
             outs["export_status"] = export.run_export(jobs, props, self.policy, progress)
         return outs
 
     def _end(self, jobs: RayJobs) -> None:
-        """Stop the job (and its export), wait for a terminal status, and delete a FAILED or
-        STOPPED record: the supervisor resubmits only a record it finds (protocol.py). A record
-        that reappears right after (a supervisor tick that was resubmitting at that moment)
-        is ended again; a SUCCEEDED record is kept."""
-        export_job = RayJobs(jobs.dashboard, export.export_id(jobs.submission_id), self.policy)
-        for one in (jobs, export_job):
-            for _ in range(3):
-                info = one.info()
-                if info is None or info["status"] == "SUCCEEDED":
-                    break
-                if info["status"] not in TERMINAL:
-                    one.stop()
-                    deadline = time.monotonic() + self.policy.stop_timeout_s
-                    poll(one, TERMINAL, deadline, self.policy)
-                one.delete()
-                time.sleep(2 * self.policy.poll_min_s)
+        """Stop every live attempt of the run and of its export and wait until each is terminal.
+        Records are kept: the provider's mark says the run ended. A job that appears right
+        after (a supervisor tick that was submitting at that moment) is stopped in the next
+        round."""
+        run = jobs.submission_id
+        for _ in range(3):
+            listing = jobs.list_jobs()
+            runs = (run, protocol.export_run(run))
+            live = [info for one in runs for info in protocol.attempts(listing, one).values()
+                    if info["status"] not in TERMINAL]
+            if not live:
+                return
+            for info in live:
+                one = jobs.for_id(info["submission_id"])
+                one.stop()
+                poll(one, TERMINAL, time.monotonic() + self.policy.stop_timeout_s, self.policy)
+            time.sleep(2 * self.policy.poll_min_s)
 
     def _released(self, props: dict[str, Any]) -> dict[str, Any] | None:
         """The supervisor's record when it released the cluster after this run, else None."""
@@ -237,15 +272,54 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 return record
         return None
 
-    def _bring_back(self, props: dict[str, Any]) -> None:
-        """Resume a RayCluster the supervisor suspended, for the new run, and wait until ready."""
+    def _mark(self, props: dict[str, Any], ended: str | None = None) -> None:
+        """Write the provider's mark into the supervisor's state (protocol.MARK_KEY): this run
+        is the stack's, or it ended. An ending is written only over this run's own mark (an
+        old run's delete never un-marks the run that replaced it)."""
         with open_cluster(props.get("access") or {}, self.policy) as cluster:
-            if cluster is not None and cluster.suspended():
-                (self.say or pulumi.log.info)(
-                    f"{cluster.ray_cluster}: released after an earlier run; bringing the GPU "
-                    "workers back for this one"
-                )
-                cluster.resume(time.monotonic() + float(props["timeout_s"]))
+            if cluster is None:
+                return
+            run = props["submission_id"]
+            # Read first only for an ending (one kubectl call fewer on every create and update).
+            if ended and (cluster.mark() or {}).get("run") not in (None, run):
+                return
+            cluster.write_mark({"run": run, "at": time.time(), "ended": ended})
+
+    def _await_release(self, props: dict[str, Any]) -> dict[str, Any]:
+        """Wait while the supervisor is releasing the GPUs (its record holds a release intent):
+        it saved that intent only if the state was unchanged since it last read the mark, so
+        a mark written after it has to let the suspend land before the gate resumes the
+        cluster, or the new run would be suspended under it. A tick that died with the intent
+        is finished (or dropped, for a run no longer the stack's) by the next, within one
+        period of the CronJob. Returns the supervisor's record of this run ({} if none): the
+        attempts it knows of when Ray's job table was lost with the head."""
+        with open_cluster(props.get("access") or {}, self.policy) as cluster:
+            if cluster is None:
+                return {}
+            deadline = time.monotonic() + float(props["timeout_s"])
+            said = False
+            while ((record := cluster.record() or {}).get("intent") or {}).get(
+                    "action") == "release":
+                if time.monotonic() > deadline:
+                    raise RayAccessError(
+                        "the supervisor has been releasing the GPUs of "
+                        f"{record.get('submission_id')} since before the deadline; check its "
+                        "CronJob (`kubectl get jobs -l app.kubernetes.io/name=verl-gke-supervisor`)"
+                        " and run `pulumi up` again"
+                    )
+                if not said:
+                    (self.say or pulumi.log.info)(
+                        f"waiting for the supervisor to finish releasing the GPUs of "
+                        f"{record.get('submission_id')}, then bringing them back")
+                    said = True
+                time.sleep(self.policy.poll_max_s)
+        ours = record.get("submission_id") == props.get("submission_id")
+        return record if ours else {}
+
+    def _gate(self, props: dict[str, Any], resume: bool) -> bool:
+        """kube.gate: True when the cluster is suspended (and left so)."""
+        return gate(props.get("access") or {}, self.policy, resume=resume,
+                    timeout_s=float(props["timeout_s"]), say=self.say or pulumi.log.info)
 
 
 def _from_record(record: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
@@ -295,58 +369,77 @@ def _submission(props: dict[str, Any]) -> Submission:
     return Submission(props["entrypoint"], props["runtime_env"], dict(props["metadata"]))
 
 
-def _submit_or_adopt(jobs: RayJobs, props: dict[str, Any], progress: Progress) -> None:
-    """Submit, or adopt the job an earlier, interrupted `pulumi up` (or the supervisor)
-    submitted under this id.
+def _newest(jobs: RayJobs, record: dict[str, Any]) -> int:
+    """The newest attempt of the run in Ray, else the one the supervisor's record knows."""
+    found = protocol.attempts(jobs.list_jobs(), jobs.submission_id)
+    return max(found, default=record.get("attempt") or 0)
 
-    A FAILED or STOPPED job under this id is submitted again, whatever the retry budget: a
-    `pulumi up` that finds it so is the user's decision (protocol.py). It resumes from the
-    run's checkpoints (trainer.resume_mode=auto). A SUCCEEDED one is adopted as it is.
+
+def _submit_or_adopt(
+    jobs: RayJobs, props: dict[str, Any], progress: Progress, record: dict[str, Any]
+) -> int:
+    """Submit the run, or adopt the attempt an earlier, interrupted `pulumi up` (or the
+    supervisor) submitted; returns the attempt now current.
+
+    A newest attempt found FAILED or STOPPED is followed by the next one, whatever the retry
+    budget: a `pulumi up` that finds it so is the user's decision (protocol.py). It resumes from
+    the run's checkpoints (trainer.resume_mode=auto). A SUCCEEDED one is adopted as it is. With
+    no attempt in Ray but one in the supervisor's record, the head lost its job table: the next
+    attempt is submitted.
     """
     _stop_others(jobs, props["metadata"], progress)
-    job = _submission(props)
-    if protocol.submit_first(jobs, job):
-        progress.say("submitted")
-        return
-    info = jobs.info() or {}
+    run, job = jobs.submission_id, _submission(props)
+    found = protocol.attempts(jobs.list_jobs(), run)
+    if not found:
+        known = record.get("attempt")
+        number = 0 if known is None else known + 1
+        why = None if known is None else "attempt lost with the Ray head"
+        if protocol.submit_attempt(jobs.for_id, run, number, job, why,
+                                   record.get("first_start")):
+            progress.say(f"submitted attempt {number}" if number else "submitted")
+        else:
+            progress.say(f"adopted attempt {number}")
+        return number
+    number = max(found)
+    info = found[number]
     if info.get("entrypoint") != props["entrypoint"]:
         raise RayAccessError(
-            f"{jobs.where()}: a job with this submission id but another entrypoint exists; "
-            f"remove it with `ray job delete {jobs.submission_id}` and run `pulumi up` again"
+            f"{jobs.where()}: attempt {number} of this run has another entrypoint; stop it with "
+            f"`ray job stop {info['submission_id']}` and run `pulumi up` again"
         )
     if info["status"] in RESUBMITTABLE:
-        _resubmit(jobs, props, info, progress)
-    else:
-        progress.say(f"adopted attempt {protocol.attempt(info)}, {info['status']}")
+        return _resubmit(jobs, props, number, info, progress)
+    progress.say(f"adopted attempt {number}, {info['status']}")
+    return number
 
 
-def _resubmit(jobs: RayJobs, props: dict[str, Any], info: dict, progress: Progress) -> None:
-    why = _job_state(_observed_status(jobs, info))
-    progress.say(f"{why}; resubmitting under the same id, resuming from "
+def _resubmit(
+    jobs: RayJobs, props: dict[str, Any], number: int, info: dict, progress: Progress
+) -> int:
+    attempt = jobs.for_id(info["submission_id"])
+    why = _job_state({"status": info["status"],
+                      "metrics": tail_metrics(attempt, None, jobs.policy, info)})
+    progress.say(f"{why}; resubmitting as the next attempt, resuming from "
                  f"{props.get('checkpoint_uri') or 'its checkpoints'}")
-    protocol.resubmit(jobs, _submission(props), info, why, progress.say,
-                      jobs.policy.stop_timeout_s, jobs.policy.poll_min_s)
-
-
-def _observed_status(jobs: RayJobs, info: dict) -> dict[str, Any]:
-    return {"status": info["status"], "metrics": tail_metrics(jobs, None, jobs.policy, info)}
+    return protocol.advance(jobs.for_id, jobs.submission_id, number, _submission(props), why,
+                            protocol.first_start(info), progress.say)
 
 
 def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) -> None:
     """Stop every other live job of this stack and resource, and wait until each has stopped.
 
-    Such a job is this resource's own earlier run whose record left the stack (a lost state, a
-    `pulumi state delete`, an interrupted replace): it holds the GPUs the new run needs.
+    Such a job is an attempt (or export) of this resource's earlier run: left behind by a lost
+    state, a `pulumi state delete`, an interrupted replace, or a supervisor tick that submitted
+    for the old run as it was replaced. It holds the GPUs the new run needs.
     """
     keys = (protocol.STACK_KEY, protocol.RESOURCE_KEY)
     mine = {key: metadata[key] for key in keys if key in metadata}
     if len(mine) < 2:
         return
-    others = [
-        job for job in jobs.live_jobs(mine)
-        if job.get("submission_id")
-        not in (jobs.submission_id, export.export_id(jobs.submission_id))
-    ]
+    run = jobs.submission_id
+    own = re.compile(re.escape(run) + r"(?:" + re.escape(protocol.EXPORT_SUFFIX) + r")?-a\d+")
+    others = [job for job in jobs.live_jobs(mine)
+              if not own.fullmatch(job.get("submission_id") or "")]
     deadline = time.monotonic() + jobs.policy.stop_timeout_s
     for job in others:
         other = job["submission_id"]
@@ -365,36 +458,41 @@ def _stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) ->
         progress.say(f"{other} has stopped ({status})")
 
 
-def _wait(jobs: RayJobs, props: dict[str, Any], policy: RequestPolicy, progress: Progress) -> dict:
-    """Follow the job until `wait_for`, resubmitting a FAILED job while the budget lasts.
+def _wait(
+    jobs: RayJobs, number: int, props: dict[str, Any], policy: RequestPolicy,
+    progress: Progress,
+) -> tuple[RayJobs, dict]:
+    """Follow attempt `number` until `wait_for`, submitting the next attempt after a FAILED
+    one while the budget lasts; returns the attempt followed last and its record.
 
     A job is reported as having reached its target only if a status read after the target was
-    seen still says so: however fast a job fails, it is never reported running.
+    seen still says so: however fast a job fails, it is never reported running. Only the
+    followed attempt's own log is read (its own submission id, its own driver log).
     """
     wait_for = WaitFor(props["wait_for"])
     deadline = time.monotonic() + props["timeout_s"]
     budget = int(props.get("max_retries") or 0)
     while True:
-        info = _poll_target(jobs, wait_for, deadline, policy, progress)
+        attempt = jobs.for_id(protocol.attempt_id(jobs.submission_id, number))
+        progress.follow(attempt)
+        info = _poll_target(attempt, wait_for, deadline, policy, progress)
         if info["status"] not in TERMINAL or info["status"] in _REACHED[wait_for]:
             if wait_for is WaitFor.SUBMITTED:
-                return info
-            confirmed = jobs.info() or info
+                return attempt, info
+            confirmed = attempt.info() or info
             if confirmed["status"] not in RESUBMITTABLE:
-                return confirmed
+                return attempt, confirmed
             info = confirmed
-        if info["status"] == "FAILED" and protocol.may_retry(info, budget):
-            progress.say(f"retry {protocol.attempt(info) + 1} of {budget} "
-                         "(verl-gke:job.maxRetries)")
-            _resubmit(jobs, props, info, progress)
+        if info["status"] == "FAILED" and protocol.may_retry(number, budget):
+            progress.say(f"retry {number + 1} of {budget} (verl-gke:job.maxRetries)")
+            number = _resubmit(jobs, props, number, info, progress)
             continue
-        attempts = protocol.attempt(info)
-        spent = f" after {attempts} of {budget} retries" if budget else ""
+        spent = f" after {number} of {budget} retries" if budget else ""
         raise RayAccessError(
-            f"{jobs.where()} ended {info['status']}{spent} ({short(info.get('message'))}) "
-            f"before reaching {wait_for.value}. Last log lines:\n{log_tail(jobs, info)}\n"
-            "Fix the cause, then run `pulumi up --refresh`: it submits the job again under the "
-            "same id and verl resumes from the run's last checkpoint"
+            f"{attempt.where()} ended {info['status']}{spent} ({short(info.get('message'))}) "
+            f"before reaching {wait_for.value}. Last log lines:\n{log_tail(attempt, info)}\n"
+            "Fix the cause, then run `pulumi up --refresh`: it submits the next attempt and "
+            "verl resumes from the run's last checkpoint"
         )
 
 
@@ -426,9 +524,18 @@ def _poll_target(
     return poll(jobs, frozenset(), deadline, policy, seen, until=done)
 
 
+def _same_attempt(jobs: RayJobs, props: dict[str, Any]) -> bool:
+    """Whether the outputs in `props` were observed on this attempt (its dashboard path)."""
+    return props.get("dashboard_path") == f"/#/jobs/{jobs.submission_id}"
+
+
 def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
+    """The outputs of one attempt, from its own record and log only: the metrics of an earlier
+    attempt are never carried over (when the log cannot be read, the last ones are kept only
+    if they were this attempt's)."""
     metadata = info.get("metadata") or {}
-    metrics = tail_metrics(jobs, props.get("metrics"), jobs.policy, info)
+    previous = props.get("metrics") if _same_attempt(jobs, props) else None
+    metrics = tail_metrics(jobs, previous, jobs.policy, info)
     return {
         "status": info["status"],
         "message": short(info.get("message")),

@@ -1,4 +1,4 @@
-"""What the job's provider asks Kubernetes: the supervisor's record, and the RayCluster's suspend.
+"""What the providers ask Kubernetes: the supervisor's state, and the RayCluster's suspend.
 
 Through `kubectl` with the cluster's kubeconfig in a private temp file (mode 600) for one
 provider call, as the port-forward does (ray_access.py). Only with the default access (a
@@ -21,9 +21,9 @@ import os
 import subprocess
 import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from components.ray.protocol import RECORD_KEY
+from components.ray.protocol import MARK_KEY, RECORD_KEY
 from components.ray.ray_access import KUBECTL, RayAccessError, RequestPolicy
 
 _RESUME = json.dumps({"spec": {"suspend": False}})
@@ -35,16 +35,34 @@ class ClusterState:
     def __init__(self, kubeconfig_path: str, access: dict[str, Any], policy: RequestPolicy):
         self._base = [KUBECTL, "--kubeconfig", kubeconfig_path, "-n", access["namespace"]]
         self.ray_cluster: str = access["ray_cluster"]
-        self._state: str = access["state"]
+        self._state: str | None = access.get("state")
         self._policy = policy
 
     def record(self) -> dict[str, Any] | None:
         """The supervisor's record, None before its first tick (or without its ConfigMap)."""
+        return self._data().get(RECORD_KEY)
+
+    def mark(self) -> dict[str, Any] | None:
+        """The provider's mark (protocol.MARK_KEY), None if never written."""
+        return self._data().get(MARK_KEY)
+
+    def write_mark(self, mark: dict[str, Any]) -> bool:
+        """Write the provider's mark into the supervisor's state, its own key only (a JSON merge
+        patch leaves the supervisor's record as it is). False without the state ConfigMap (a
+        destroy deletes the supervisor, its state included, before the job)."""
+        if not self._state:
+            return False
+        patch = json.dumps({"data": {MARK_KEY: json.dumps(mark)}})
+        done = self._kubectl("patch", "configmap", self._state, "--type", "merge", "-p", patch,
+                             missing_ok=True)
+        return done is not None
+
+    def _data(self) -> dict[str, Any]:
+        if not self._state:
+            return {}
         found = self._kubectl("get", "configmap", self._state, "-o", "json", missing_ok=True)
-        if found is None:
-            return None
-        data = json.loads(found).get("data") or {}
-        return json.loads(data[RECORD_KEY]) if RECORD_KEY in data else None
+        data = (json.loads(found).get("data") or {}) if found else {}
+        return {key: json.loads(data[key]) for key in (RECORD_KEY, MARK_KEY) if data.get(key)}
 
     def suspended(self) -> bool:
         found = self._kubectl("get", "raycluster", self.ray_cluster, "-o",
@@ -87,8 +105,8 @@ class ClusterState:
 @contextlib.contextmanager
 def open_cluster(access: dict[str, Any], policy: RequestPolicy) -> Iterator[ClusterState | None]:
     """The stack's ClusterState for one provider call, or None when there is no cluster to ask
-    (a configured dashboard address, or a job registered without a supervisor)."""
-    if not access.get("kubeconfig") or not access.get("ray_cluster") or not access.get("state"):
+    (no kubeconfig, or a resource registered without its RayCluster's name)."""
+    if not access.get("kubeconfig") or not access.get("ray_cluster"):
         yield None
         return
     fd, path = tempfile.mkstemp(prefix="verl-gke-kubeconfig-", suffix=".yaml")
@@ -98,3 +116,26 @@ def open_cluster(access: dict[str, Any], policy: RequestPolicy) -> Iterator[Clus
         yield ClusterState(path, access, policy)
     finally:
         os.unlink(path)
+
+
+def gate(access: dict[str, Any], policy: RequestPolicy, *, resume: bool, timeout_s: float,
+         say: Callable[[str], None]) -> bool:
+    """The one gate in front of every provider call that talks to Ray (the GrpoJob, its export,
+    the ClusterCheck): whether the RayCluster is suspended, i.e. has no head to talk to.
+
+    A suspended cluster's head Service has no pod behind it (KubeRay v1.7.0
+    raycluster_controller.go:360-370 keeps the Service, :940-957 deletes every pod), and `kubectl
+    port-forward svc/...` waits for a pod that never comes (kubectl polymorphichelpers
+    helpers.go GetPodList): nothing may port-forward to it. With `resume`, the cluster is brought
+    back first and waited for until ready, and False is returned; without, True tells the caller
+    that nothing runs there (a delete needs no Ray). False, too, without a cluster to ask.
+    """
+    with open_cluster(access, policy) as cluster:
+        if cluster is None or not cluster.suspended():
+            return False
+        if not resume:
+            return True
+        say(f"{cluster.ray_cluster}: released after an earlier run; bringing the GPU workers "
+            "back")
+        cluster.resume(time.monotonic() + timeout_s)
+        return False

@@ -1,27 +1,28 @@
 """The one protocol every submitter of a run follows, and what a verl job log says.
 
-Two actors submit a run's Ray job: the Pulumi provider (components/ray/job_provider.py), while a
-`pulumi up` follows it, and the supervisor in the cluster (components/ray/supervisor.py), at any
-time after that. Both call only the functions here, so that together they never start a second
-run (KUBERAY-RAYJOB-REVIEW.md, "Never two runs"):
-- One id. Every attempt of a run is submitted under the run's deterministic submission id, and
-  its export under `<id>-export`; nobody ever switches to another id.
-- Ray's job table is the lock. Ray keeps one record per id (job_manager.py submit_job ->
-  put_info(overwrite=False) answers "already exists"), so of two racing submissions one wins
-  and the other adopts it. Resubmission is delete-then-submit, and Ray deletes only a terminal
-  record (job_manager.py delete_job: "non-terminal state"), so a record someone else has just
-  resubmitted cannot be deleted under them: the loser adopts.
-- Terminal is not free. The old attempt's supervisor actor must be dead before the record is
-  deleted (RayJobs.delete), or Ray's job monitor writes a FAILED record back over the new one.
-- Who may resubmit what. A FAILED record may be resubmitted by either actor while its attempt
-  number (job metadata `verl-gke-attempt`, carried from one attempt to the next) is below the
-  run's `maxRetries`; a record the supervisor stopped for a hang (metadata of the stop, kept in
-  its state) counts as FAILED. A STOPPED record that nobody recorded as a hang was ended by a
-  person or by `pulumi destroy`, and is never resubmitted by the supervisor. A SUCCEEDED record
-  is never resubmitted. The provider's explicit `pulumi up` after a refresh found the run FAILED
-  or STOPPED resubmits once more: that is the user's decision.
-- A record that is gone was ended: the provider deletes the record when it deletes the run, and
-  the supervisor then has nothing to follow.
+Two actors submit a run's Ray jobs: the Pulumi provider (components/ray/job_provider.py), while
+a `pulumi up` follows it, and the supervisor in the cluster (components/ray/supervisor.py), at
+any time after that. Both call only the functions here, so that together they never run two
+attempts of a run at once. The state machine and its invariants: docs/run-lifecycle.md.
+- One id per attempt. Attempt N of run R is the Ray job `R-a<N>`; attempt N of its export is
+  `R-export-a<N>`. Ids are never reused and records are never deleted, so each attempt has its
+  own record and its own driver log (Ray names the log by submission id, ray-2.47.0
+  python/ray/dashboard/modules/job/common.py:34, and appends to it, job_supervisor.py:174).
+- One winner per attempt. Attempt N+1 is submitted only once attempt N is terminal (or lost
+  with the head's job table). Ray keeps one record per id (job_manager.py:501-508,
+  put_info(overwrite=False) answers "already exists"), so of two actors submitting N+1 at once
+  one wins and the other adopts it; an actor that finds a newer attempt than the one it saw
+  adopts that one.
+- One budget. The attempt number travels in the job's metadata (`verl-gke-attempt`) and in its
+  id, so `maxRetries` bounds the provider's retries and the supervisor's together. An explicit
+  `pulumi up` after a refresh found the run FAILED or STOPPED submits once more: the user
+  decided.
+- "Ended" is written down, never inferred from a missing record: the provider writes its mark
+  (which run the stack wants, and whether it ended it) into the supervisor's state before it
+  submits, deletes or replaces (MARK_KEY); the supervisor records its own endings (deadline,
+  spent budget, a stop it did not make) in its record. A record missing from Ray while the
+  supervisor's record knows the attempt was lost with the head (its job table is in the head's
+  GCS, ray-2.47.0 common.py:233-252) and the run goes on as its next attempt.
 
 Standard library only: this file is shipped, with supervisor.py, into the supervisor's pod.
 """
@@ -30,27 +31,27 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 # Ray's JobStatus values that never change again (ray/dashboard/modules/job/common.py).
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 RESUBMITTABLE = frozenset({"FAILED", "STOPPED"})
-# Metadata keys that name the stack and the resource of a job, and the attempt it is.
+# Metadata keys that name the stack and the resource of a job, the run it is an attempt of, and
+# the attempt it is.
 STACK_KEY, RESOURCE_KEY = "verl-gke-stack", "verl-gke-resource"
+RUN_KEY = "verl-gke-run"
 ATTEMPT_KEY = "verl-gke-attempt"
+# Epoch seconds of the run's first attempt, carried to every later one: the deadline's start.
+FIRST_START_KEY = "verl-gke-first-start"
 # Why the attempt before this one ended, e.g. "FAILED at step 12" or "stalled at step 12".
 LAST_FAILURE_KEY = "verl-gke-last-failure"
 ROLE_KEY = "verl-gke-role"
 EXPORT_SUFFIX = "-export"
-# A record missing for longer than this was ended, not deleted for a resubmission (whose
-# delete-then-submit leaves a gap of about a second).
-GAP_S = 10.0
 
 
 class Jobs(Protocol):
-    """Ray's Jobs API for one submission id; ray_access.RayJobs and the supervisor's client."""
+    """Ray's Jobs API for one submission id; ray_access.RayJobs and the supervisor's RayHttp."""
 
     submission_id: str
 
@@ -61,16 +62,16 @@ class Jobs(Protocol):
         resources: dict[str, Any] | None = None,
     ) -> bool: ...
 
-    def delete(self) -> bool: ...
-
     def stop(self) -> None: ...
 
     def log_tail(self, lines: int, info: dict[str, Any] | None = None) -> str: ...
 
+    def list_jobs(self) -> list[dict[str, Any]]: ...
+
 
 @dataclass(frozen=True)
 class Submission:
-    """What is submitted under one id, the same on every attempt but for the attempt keys."""
+    """What is submitted for every attempt of a run, but for the attempt's own keys."""
 
     entrypoint: str
     runtime_env: dict[str, Any]
@@ -84,10 +85,46 @@ class Submission:
                    spec.get("resources") or None)
 
 
+def attempt_id(run_id: str, number: int) -> str:
+    """The Ray submission id of attempt `number` of run `run_id` (or of its export)."""
+    return f"{run_id}-a{number}"
+
+
+def export_run(run_id: str) -> str:
+    """The id the export's attempts are numbered under: `<run id>-export-a<N>`."""
+    return run_id + EXPORT_SUFFIX
+
+
+def attempts(listing: list[dict[str, Any]], run_id: str) -> dict[int, dict[str, Any]]:
+    """The records of run `run_id` in a job listing (Ray's GET /api/jobs/), by attempt number.
+
+    Only ids of the exact form `<run id>-a<N>`: the export's `<run id>-export-a<N>` is another
+    run."""
+    pattern = re.compile(re.escape(run_id) + r"-a(\d+)")
+    found = {}
+    for job in listing:
+        match = pattern.fullmatch(job.get("submission_id") or "")
+        if match:
+            found[int(match.group(1))] = job
+    return found
+
+
 def attempt(info: dict[str, Any] | None) -> int:
     """The attempt a record is, 0 for the first submission."""
     raw = ((info or {}).get("metadata") or {}).get(ATTEMPT_KEY, "0")
     return int(raw) if str(raw).isdigit() else 0
+
+
+def first_start(info: dict[str, Any]) -> float | None:
+    """Epoch seconds of the run's first attempt: carried in the metadata, else this record's
+    own start (Ray sets start_time at submission, job_manager.py:493)."""
+    carried = (info.get("metadata") or {}).get(FIRST_START_KEY)
+    if carried:
+        try:
+            return float(carried)
+        except ValueError:
+            pass
+    return info["start_time"] / 1000 if info.get("start_time") else None
 
 
 def failure(info: dict[str, Any], step: float | None, reason: str | None = None) -> str:
@@ -99,54 +136,43 @@ def failure(info: dict[str, Any], step: float | None, reason: str | None = None)
     return f"{reason or info['status']}{where}"
 
 
-def submit_first(jobs: Jobs, job: Submission) -> bool:
-    """Submit attempt 0; False if a record already exists under the id (adopt it)."""
-    return jobs.submit(job.entrypoint, job.runtime_env, {**job.metadata, ATTEMPT_KEY: "0"},
-                       job.resources)
+def submit_attempt(
+    jobs_for: Callable[[str], Jobs], run_id: str, number: int, job: Submission,
+    why: str | None = None, started: float | None = None,
+) -> bool:
+    """Submit attempt `number` of the run; False if it already exists (another actor won: adopt
+    it). `started` is the run's first start, carried for the deadline."""
+    metadata = {**job.metadata, RUN_KEY: run_id, ATTEMPT_KEY: str(number)}
+    if why:
+        metadata[LAST_FAILURE_KEY] = why
+    if started is not None:
+        metadata[FIRST_START_KEY] = f"{started:.3f}"
+    return jobs_for(attempt_id(run_id, number)).submit(
+        job.entrypoint, job.runtime_env, metadata, job.resources)
 
 
-def resubmit(
-    jobs: Jobs, job: Submission, seen: dict[str, Any], why: str,
-    say: Callable[[str], None], settle_s: float = 120.0, poll_s: float = 0.2,
-) -> str:
-    """Submit the attempt after `seen` (a terminal record) under the same id.
-
-    Returns "resubmitted"; "adopted" when another actor resubmitted first (the record is no
-    longer the one seen: another attempt number, or not terminal); "ended" when the record
-    disappeared and nobody resubmitted it. Never raises for a lost race.
-    """
-    deadline = time.monotonic() + settle_s
-    missing_since: float | None = None
-    while True:
-        now = jobs.info()
-        if now is not None and (now["status"] not in TERMINAL or attempt(now) != attempt(seen)):
-            say(f"adopted attempt {attempt(now)}, {now['status']} (resubmitted by another actor)")
-            return "adopted"
-        if now is not None and jobs.delete():
-            break  # only the actor whose delete removed the record submits the next attempt
-        # Deleted by someone else: their submission follows within a second or two, unless the
-        # record was ended (the provider deletes it when it deletes the run).
-        if now is None:
-            missing_since = missing_since or time.monotonic()
-            if time.monotonic() - missing_since > GAP_S:
-                say("its record was removed and nobody resubmitted it: the run was ended")
-                return "ended"
-        elif time.monotonic() > deadline:
-            raise TimeoutError(f"{jobs.submission_id}: its record could not be deleted within "
-                               f"{settle_s:g}s; nothing was submitted")
-        time.sleep(poll_s)
-    metadata = {**job.metadata, ATTEMPT_KEY: str(attempt(seen) + 1), LAST_FAILURE_KEY: why}
-    if jobs.submit(job.entrypoint, job.runtime_env, metadata, job.resources):
-        say(f"attempt {attempt(seen) + 1} submitted after {why}")
-        return "resubmitted"
-    now = jobs.info() or {}
-    say(f"adopted attempt {attempt(now)}, {now.get('status')} (submitted by another actor)")
-    return "adopted"
+def advance(
+    jobs_for: Callable[[str], Jobs], run_id: str, seen: int, job: Submission, why: str,
+    started: float | None, say: Callable[[str], None],
+) -> int:
+    """The attempt after `seen` (which is terminal, or lost): submitted, or adopted when another
+    actor already submitted it or a later one. Returns the attempt now current; never raises
+    for a lost race, never deletes anything."""
+    found = attempts(jobs_for(attempt_id(run_id, seen)).list_jobs(), run_id)
+    newest = max(found, default=seen)
+    if newest > seen:
+        say(f"adopted attempt {newest}, {found[newest]['status']} (submitted by another actor)")
+        return newest
+    if submit_attempt(jobs_for, run_id, seen + 1, job, why, started):
+        say(f"attempt {seen + 1} submitted after {why}")
+    else:
+        say(f"adopted attempt {seen + 1} (submitted by another actor)")
+    return seen + 1
 
 
-def may_retry(info: dict[str, Any], max_retries: int) -> bool:
-    """Whether the retry budget allows an attempt after this record's."""
-    return attempt(info) < max_retries
+def may_retry(number: int, max_retries: int) -> bool:
+    """Whether the retry budget allows an attempt after attempt `number`."""
+    return number < max_retries
 
 
 # --- What a verl job log says -----------------------------------------------------------------
@@ -205,13 +231,32 @@ def _finite(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-# --- The supervisor's record ---------------------------------------------------------------
-# What the supervisor keeps between ticks, in its state ConfigMap under RECORD_KEY, and what the
-# provider reads on refresh once the cluster is released (the job table is gone with the head):
-# submission_id, attempt, status, step, last_step_at, first_start, first_step_at, last_failure,
-# stopped ({"attempt": n, "reason": ...} for a stop of its own), export_status, released,
-# gave_up (why it stopped acting), updated (epoch seconds).
+# --- The supervisor's state ------------------------------------------------------------------
+# Two keys of the state ConfigMap, each with one writer:
+# - RECORD_KEY, the supervisor's: submission_id (the run id), attempt (the newest attempt it
+#   knows), status, step, step_attempt, last_step_at, first_start, first_step_at, last_failure,
+#   intent ({"action": "submit" | "export" | "release", "attempt": n, "reason": ...}, saved
+#   before the action, cleared once its result is saved), stopped ({"attempt", "reason"} of a
+#   stop of its own, saved before the stop), ended ({"attempt", "by", "reason", "at"}),
+#   export_attempt, export_status, released, released_at, released_reason, settled_mark (the
+#   provider's mark `at` when the run ended or was released here: a later change of the mark is
+#   an explicit `pulumi up` acting on the run again), updated (epoch seconds).
+# - MARK_KEY, the provider's: {"run": the run id the stack wants, "at": epoch seconds of the
+#   provider's last action on it, "ended": why the provider ended it, or null}. Written before
+#   the provider submits (create, resubmit, export) and before it stops a run it deletes.
 RECORD_KEY = "record"
+MARK_KEY = "provider"
+
+
+def not_ours(run_id: str, mark: dict[str, Any] | None) -> str | None:
+    """Why the provider's mark forbids acting on run `run_id`, or None: another run is the
+    stack's now (superseded), or the provider ended this one. No mark (a stack before this
+    protocol, or a provider without the cluster's kubeconfig) forbids nothing."""
+    if not mark or not mark.get("run"):
+        return None
+    if mark["run"] != run_id:
+        return f"superseded by {mark['run']}"
+    return f"ended by pulumi: {mark['ended']}" if mark.get("ended") else None
 
 
 def describe(record: dict[str, Any]) -> str:
@@ -228,8 +273,8 @@ def describe(record: dict[str, Any]) -> str:
         parts.append(f"stopped by the supervisor: {stopped['reason']}")
     if record.get("export_status"):
         parts.append(f"export {record['export_status']}")
+    if record.get("ended"):
+        parts.append(record["ended"]["reason"])
     if record.get("released"):
         parts.append("GPUs released")
-    if record.get("gave_up"):
-        parts.append(record["gave_up"])
     return ", ".join(parts)

@@ -241,13 +241,18 @@ def open_dashboard(access: dict[str, Any], policy: RequestPolicy) -> Iterator[Da
 class RayJobs:
     """Ray's Jobs REST API for one submission id, with timeouts, retries and clear errors."""
 
-    def __init__(self, dashboard: Dashboard, submission_id: str, policy: RequestPolicy) -> None:
+    def __init__(self, dashboard: Dashboard, submission_id: str, policy: RequestPolicy,
+                 session: requests.Session | None = None) -> None:
         self.dashboard = dashboard
         self.submission_id = submission_id
         self.policy = policy
         # One keep-alive connection for the whole provider call: through a port-forward each new
         # connection is a new stream through the API server.
-        self._session = requests.Session()
+        self._session = session or requests.Session()
+
+    def for_id(self, submission_id: str) -> "RayJobs":
+        """The same dashboard and connection, for another submission id (another attempt)."""
+        return RayJobs(self.dashboard, submission_id, self.policy, self._session)
 
     def submit(
         self, entrypoint: str, runtime_env: dict, metadata: dict[str, str],
@@ -350,12 +355,12 @@ class RayJobs:
             return ""
         return reply.text
 
-    def live_jobs(self, metadata: dict[str, str]) -> list[dict[str, Any]]:
-        """Every job not yet finished whose metadata holds all of `metadata`, this one included.
+    def list_jobs(self) -> list[dict[str, Any]]:
+        """Every record of the job table (GET /api/jobs/).
 
         Ray lists the job table by reading its keys, then each record; a record deleted in
-        between (a resubmission by the supervisor or another `pulumi up`) fails the whole list
-        with a bare 500 (ray/dashboard/modules/job/common.py `get_all_jobs` returns None for it,
+        between (by hand, or the ClusterCheck's resubmission) fails the whole list with a bare
+        500 (ray/dashboard/modules/job/common.py `get_all_jobs` returns None for it,
         job_head.py `list_jobs` calls dataclasses.asdict on it). The next listing does not see
         the deleted key, so the list is asked for again, up to `policy.attempts` times.
         """
@@ -366,9 +371,12 @@ class RayJobs:
             time.sleep(self.policy.poll_min_s)
         else:
             self._fail("listing jobs", reply)
-        jobs = reply.json()
+        return reply.json()
+
+    def live_jobs(self, metadata: dict[str, str]) -> list[dict[str, Any]]:
+        """Every job not yet finished whose metadata holds all of `metadata`, this one included."""
         return [
-            job for job in jobs
+            job for job in self.list_jobs()
             if job.get("status") not in TERMINAL_STATUSES
             and all((job.get("metadata") or {}).get(k) == v for k, v in metadata.items())
         ]

@@ -2,13 +2,14 @@
 
 A CronJob runs components/ray/supervisor.py every SUPERVISOR_PERIOD_MINUTES with
 `concurrencyPolicy: Forbid` (one tick at a time, a long tick delays the next) and a Job
-`backoffLimit: 0` (a failed tick is simply followed by the next). Its code (supervisor.py and
-protocol.py, the rules it shares with the provider) and the run's spec are in one ConfigMap;
-what it did is in a second ConfigMap that only it writes (Pulumi creates it empty and never
-reads its data back as a change). Its service account may read and merge-patch those two
-ConfigMaps' one (the state) and patch the one RayCluster, in this namespace only (a Role, not a
-ClusterRole). It reaches the Ray dashboard through the head Service, which the head's
-NetworkPolicy opens to pods of the namespace; nothing is exposed outside it.
+`backoffLimit: 0` (a failed tick is simply followed by the next). Its code (supervisor.py, its
+I/O supervisor_io.py, and protocol.py, the rules it shares with the provider) and the run's
+spec are in one ConfigMap; what it did is in a second ConfigMap, under a key only it writes
+(the job's provider writes its mark under another, protocol.MARK_KEY; Pulumi creates the
+ConfigMap empty and never reads its data back as a change). Its service account may read and
+merge-patch the state ConfigMap and patch (not read) the one RayCluster, in this namespace only
+(a Role, not a ClusterRole). It reaches the Ray dashboard through the head Service, which the
+head's NetworkPolicy opens to pods of the namespace; nothing is exposed outside it.
 
 Why not KubeRay's RayJob: on an existing RayCluster (`clusterSelector`) it cannot retry
 (rejected since 1.6.0), its deadline leaves the Ray job running, it never releases anything and
@@ -18,7 +19,8 @@ RayCluster stays Pulumi's and this supervisor is small and namespaced.
 
 Created after the GrpoJob and deleted before it (depends_on), so `pulumi destroy` ends the
 supervisor before the job is stopped; the protocol (protocol.py) makes a tick that overlaps the
-stop harmless: a run whose record the provider deleted is never resubmitted.
+stop harmless: the provider writes "ended" into the state before it stops the run, and a tick
+reads it again right before any submission.
 
 It does not create the RayCluster, the head's NetworkPolicy or the job.
 """
@@ -40,12 +42,12 @@ from components.schema.lifecycle import SUPERVISOR_PERIOD_MINUTES, RunLifecycle
 _HERE = Path(__file__).resolve().parent
 # The files the supervisor's pod runs, as `python -m components.ray.supervisor` in /app (a
 # namespace package: no __init__.py is needed).
-CODE = {"protocol.py": _HERE / "protocol.py", "supervisor.py": _HERE / "supervisor.py"}
+CODE = {name: _HERE / name for name in ("protocol.py", "supervisor.py", "supervisor_io.py")}
 APP_DIR = "/app"
 SPEC_FILE = "run.json"
 LABELS = {"app.kubernetes.io/name": "verl-gke-supervisor"}
-# A tick's own limit: a resubmission waits for the old attempt's supervisor actor (up to
-# 120 s, ray_access.RequestPolicy.stop_timeout_s) and a stop for a terminal status (60 s).
+# A tick's own limit: a stop waits for a terminal status (60 s); a submission waits for nothing
+# (each attempt has its own id, protocol.py). A tick cut short is finished by the next one.
 TICK_DEADLINE_S = 600
 
 
@@ -97,8 +99,10 @@ def render_objects(name: str, args: RunSupervisorArgs) -> list[dict[str, Any]]:
             "rules": [
                 {"apiGroups": [""], "resources": ["configmaps"],
                  "resourceNames": [state_name(name)], "verbs": ["get", "patch"]},
+                # patch only: the supervisor merge-patches spec.suspend and reads the reply,
+                # never GETs the RayCluster (supervisor.InCluster.suspend).
                 {"apiGroups": ["ray.io"], "resources": ["rayclusters"],
-                 "resourceNames": [args.ray_cluster], "verbs": ["get", "patch"]},
+                 "resourceNames": [args.ray_cluster], "verbs": ["patch"]},
             ],
         },
         {

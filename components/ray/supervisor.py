@@ -1,18 +1,25 @@
 """The run's supervisor: one look at the run, every few minutes, from a pod in the cluster.
 
 A CronJob (components/ray/supervision.py, `concurrencyPolicy: Forbid`, so one tick at a time)
-runs `python -m components.ray.supervisor` with this file and protocol.py mounted from a
-ConfigMap, and the run's spec (`run.json`, written by Pulumi) next to them. Each tick reads the
-run's record in Ray through the head Service (Jobs REST API, no port-forward) and acts:
-- RUNNING or PENDING: past the wall-clock deadline (from the first attempt's start) it stops
-  the run for good; with no new verl step for `stall_s` (before the first step: since the
+runs `python -m components.ray.supervisor` with this file, supervisor_io.py (its Ray and
+Kubernetes clients) and protocol.py mounted from a ConfigMap, and the run's spec (`run.json`,
+written by Pulumi) next to them. Each tick reads its state ConfigMap (its own record, and the
+provider's mark: which run the stack wants), lists the run's attempts in Ray through the head
+Service (Jobs REST API, no port-forward), and acts on the newest attempt (the state machine:
+docs/run-lifecycle.md):
+- the provider ended the run, or another run superseded it: stops whatever of it still runs,
+  and nothing else (no resubmission, no export, no release);
+- RUNNING or PENDING: past the wall-clock deadline (from the run's first attempt's start) it
+  stops the run for good; with no new verl step for `stall_s` (before the first step: since the
   attempt started) it stops the attempt and counts it as failed;
-- FAILED, or STOPPED by its own stall stop: resubmits under the same id while the retry budget
-  lasts (protocol.resubmit: the next attempt resumes from the run's checkpoints); STOPPED by
-  anyone else (a person, `pulumi destroy`) is left alone;
-- SUCCEEDED: runs the export once (`<id>-export`, on a GPU worker), then, with `release_gpus`,
-  suspends the RayCluster: KubeRay deletes every Ray pod and the GPU nodes are free.
-What it did is kept in its state ConfigMap (protocol.RECORD_KEY), which the provider reads on
+- FAILED, STOPPED by its own stall stop, or lost with the head's job table: submits the next
+  attempt (`<run id>-a<N+1>`, resuming from the run's checkpoints) while the budget and the
+  deadline last, else gives up; STOPPED by anyone else is left alone;
+- SUCCEEDED: runs the export (`<run id>-export-a<N>`, on a GPU worker), then, with
+  `release_gpus`, suspends the RayCluster: KubeRay deletes every Ray pod and the GPU nodes are
+  free. A run given up (budget, deadline, export failed for good) is released too.
+Every action is saved as an intent before it is taken, so a tick that dies half way is finished
+by the next. What it did is kept in its record (protocol.RECORD_KEY), which the provider reads on
 `pulumi refresh`, and printed to its log.
 
 Standard library only, so that its image is a plain Python (components/facts/pins.py). It
@@ -24,156 +31,27 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from components.ray import protocol
 from components.ray.protocol import RESUBMITTABLE, TERMINAL, Submission
+# The I/O, re-exported: tests and tools use them from here.
+from components.ray.supervisor_io import (  # noqa: F401
+    Cluster,
+    InCluster,
+    RayHttp,
+    check_suspended,
+    parse_state,
+)
 
-# Ray's JobManager.JOB_MONITOR_LOOP_PERIOD_S (ray/dashboard/modules/job/job_manager.py).
-_MONITOR_PERIOD_S = 1.0
 # Lines of the driver log's tail read per tick for the step: more than the provider's 200, so
 # that bursts of NCCL INFO lines between two steps do not hide the last step line.
 _LOG_LINES = 2000
-_SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-
-class RayHttp:
-    """Ray's Jobs REST API for one submission id (the same calls as ray_access.RayJobs)."""
-
-    def __init__(self, base_url: str, submission_id: str, timeout_s: float = 15.0,
-                 settle_s: float = 120.0) -> None:
-        self.base = base_url.rstrip("/")
-        self.submission_id = submission_id
-        self.timeout_s, self.settle_s = timeout_s, settle_s
-
-    def info(self) -> dict[str, Any] | None:
-        status, body = self._call("GET", f"/api/jobs/{self.submission_id}")
-        return None if status == 404 else json.loads(body)
-
-    def submit(self, entrypoint: str, runtime_env: dict, metadata: dict[str, str],
-               resources: dict[str, Any] | None = None) -> bool:
-        body = {"entrypoint": entrypoint, "submission_id": self.submission_id,
-                "runtime_env": runtime_env, "metadata": metadata, **(resources or {})}
-        status, text = self._call("POST", "/api/jobs/", body)
-        if status == 500 and "already exists" in text:
-            return False
-        self._check(status, text, "submitting")
-        return True
-
-    def stop(self) -> None:
-        self._call("POST", f"/api/jobs/{self.submission_id}/stop")
-
-    def delete(self) -> bool:
-        """Delete a terminal record once its supervisor actor is dead (see RayJobs.delete)."""
-        deadline = time.monotonic() + self.settle_s
-        while self._supervisor_alive():
-            info = self.info()
-            if info is not None and info["status"] not in TERMINAL:
-                return False
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
-        time.sleep(2 * _MONITOR_PERIOD_S)
-        status, text = self._call("DELETE", f"/api/jobs/{self.submission_id}")
-        if status == 500 and "non-terminal state" in text:
-            return False
-        return status == 200
-
-    def log_tail(self, lines: int, info: dict[str, Any] | None = None) -> str:
-        node = (info or self.info() or {}).get("driver_node_id")
-        if not node:
-            return ""
-        query = urllib.parse.urlencode(
-            {"submission_id": self.submission_id, "node_id": node, "lines": lines})
-        status, text = self._call("GET", f"/api/v0/logs/file?{query}")
-        return text if status == 200 else ""
-
-    def live_jobs(self, metadata: dict[str, str]) -> list[dict[str, Any]]:
-        """Asked again after a 500: a record deleted while Ray lists them (see RayJobs.live_jobs)."""
-        for _ in range(3):
-            status, text = self._call("GET", "/api/jobs/")
-            if status != 500:
-                break
-            time.sleep(0.5)
-        self._check(status, text, "listing jobs")
-        return [job for job in json.loads(text)
-                if job.get("status") not in TERMINAL
-                and all((job.get("metadata") or {}).get(k) == v for k, v in metadata.items())]
-
-    def _supervisor_alive(self) -> bool:
-        query = urllib.parse.urlencode({
-            "filter_keys": "name", "filter_predicates": "=",
-            "filter_values": f"_ray_internal_job_actor_{self.submission_id}"})
-        _, text = self._call("GET", f"/api/v0/actors?{query}")
-        actors = json.loads(text)["data"]["result"]["result"]
-        return any(actor["state"] != "DEAD" for actor in actors)
-
-    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
-                return reply.status, reply.read().decode(errors="replace")
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode(errors="replace")
-
-    def _check(self, status: int, text: str, action: str) -> None:
-        if status != 200:
-            raise RuntimeError(f"{self.submission_id}: {action} answered HTTP {status}: "
-                               f"{text.strip()[-300:]}")
-
-
-class Cluster(Protocol):
-    """Where the supervisor keeps its record, and the RayCluster it may suspend."""
-
-    def record(self) -> dict[str, Any] | None: ...
-
-    def save(self, record: dict[str, Any]) -> None: ...
-
-    def suspend(self) -> None: ...
-
-
-class InCluster:
-    """The Kubernetes API with the pod's service account (merge patches only)."""
-
-    def __init__(self, namespace: str, state: str, ray_cluster: str) -> None:
-        host = os.environ["KUBERNETES_SERVICE_HOST"]
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        self._api = f"https://{host}:{port}"
-        self._state = f"/api/v1/namespaces/{namespace}/configmaps/{state}"
-        self._cluster = f"/apis/ray.io/v1/namespaces/{namespace}/rayclusters/{ray_cluster}"
-        with open(f"{_SERVICE_ACCOUNT}/token") as file:
-            self._token = file.read().strip()
-        self._tls = ssl.create_default_context(cafile=f"{_SERVICE_ACCOUNT}/ca.crt")
-
-    def record(self) -> dict[str, Any] | None:
-        data = (self._call("GET", self._state).get("data") or {})
-        return json.loads(data[protocol.RECORD_KEY]) if protocol.RECORD_KEY in data else None
-
-    def save(self, record: dict[str, Any]) -> None:
-        self._call("PATCH", self._state, {"data": {protocol.RECORD_KEY: json.dumps(record)}})
-
-    def suspend(self) -> None:
-        # spec.suspend only: a field Pulumi's manifest never sets, so no apply conflict; never
-        # a worker group's replicas, which would take the whole atomic workerGroupSpecs list
-        # from Pulumi (KUBERAY-RAYJOB-REVIEW.md rows 11 and 15).
-        self._call("PATCH", self._cluster, {"spec": {"suspend": True}})
-
-    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        request = urllib.request.Request(
-            self._api + path, method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"Bearer {self._token}",
-                     "Content-Type": "application/merge-patch+json"})
-        with urllib.request.urlopen(request, timeout=30, context=self._tls) as reply:
-            return json.loads(reply.read())
+# Asked once more when that tail holds no step line: a sustained flood of NCCL INFO lines from
+# every rank (run_env.py sets NCCL_DEBUG=INFO) must not read as "no progress".
+_LOG_LINES_FLOOD = 50_000
 
 
 def tick(
@@ -181,152 +59,368 @@ def tick(
     say: Callable[[str], None] = print, now: Callable[[], float] = time.time,
 ) -> dict[str, Any]:
     """Look at the run once and act (see the module docstring); returns the record saved."""
-    sid = spec["submission_id"]
-    record = cluster.record() or {}
-    if record.get("submission_id") != sid:
-        record = {"submission_id": sid}  # a new run: what was known of the last one is moot
-    if record.get("released"):
-        return record  # the head and its job table are gone with the pods; nothing is left to do
-    jobs = ray(sid)
-    info = jobs.info()
-    if info is None:
-        if not record.get("released"):
-            record.update(status=None)
-            say(f"{sid}: no record in Ray; nothing to follow (ended, or not submitted yet)")
-        return _save(cluster, record, now)
-    attempt = protocol.attempt(info)
-    if record.get("attempt") != attempt:
-        record.update(attempt=attempt, step_attempt=None, gave_up=None)
-    record.update(status=info["status"],
-                  last_failure=(info.get("metadata") or {}).get(protocol.LAST_FAILURE_KEY))
-    if info.get("start_time"):
-        record.setdefault("first_start", info["start_time"] / 1000)
-    if info["status"] in TERMINAL and record.get("step_attempt") != attempt:
-        # Ended between two ticks: where it got to, from the log's tail, read once.
-        step = protocol.last_metrics(jobs.log_tail(_LOG_LINES, info)).get("step")
-        if step is not None:
-            record.update(step=step, step_attempt=attempt)
-    if info["status"] not in TERMINAL:
-        _follow(spec, jobs, info, record, now(), say)
-    elif info["status"] in RESUBMITTABLE:
-        _retry(spec, jobs, info, record, now(), say)
-    else:
-        _finish(spec, ray, cluster, record, say)
-    return _save(cluster, record, now)
+    return _Tick(spec, ray, cluster, say, now).run()
 
 
-def _follow(spec: dict, jobs: Any, info: dict, record: dict, now: float,
-            say: Callable[[str], None]) -> None:
-    """A live attempt: track its steps; stop it at the deadline or when it stalls."""
-    metrics = protocol.last_metrics(jobs.log_tail(_LOG_LINES, info)) if info.get(
-        "driver_node_id") else {}
-    step = metrics.get("step")
-    attempt = record["attempt"]
-    if step is not None and (record.get("step_attempt") != attempt or step != record.get("step")):
-        record.update(step=step, step_attempt=attempt, last_step_at=now)
-        record.setdefault("first_step_at", now)
-    started = (info.get("start_time") or now * 1000) / 1000
-    progress = record["last_step_at"] if record.get("step_attempt") == attempt else started
-    if now - record.get("first_start", started) > spec["deadline_s"]:
-        reason = f"deadline of {_duration(spec['deadline_s'])} reached"
-        _stop(jobs, record, reason, say)
-        record["gave_up"] = reason
-    elif now - progress > spec["stall_s"]:
-        where = f"after step {int(step)}" if step is not None else "before its first step"
-        _stop(jobs, record, f"no new step for {_duration(spec['stall_s'])} {where}", say)
+class _Tick:
+    """One tick. Every action is saved as an intent in the record before it is taken (the
+    stop's `stopped`, a submission's or a release's `intent`), so a tick that dies half way is
+    finished by the next one (docs/run-lifecycle.md, the state machine)."""
 
+    def __init__(self, spec: dict[str, Any], ray: Callable[[str], Any], cluster: Cluster,
+                 say: Callable[[str], None], now: Callable[[], float]) -> None:
+        self.spec, self.ray, self.cluster, self.now = spec, ray, cluster, now
+        self.run_id = spec["submission_id"]
+        self._say = say
+        self.max_retries = int(spec["max_retries"])
 
-def _stop(jobs: Any, record: dict, reason: str, say: Callable[[str], None]) -> None:
-    say(f"{jobs.submission_id}: stopping attempt {record['attempt']}: {reason}")
-    record["stopped"] = {"attempt": record["attempt"], "reason": reason}
-    jobs.stop()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        info = jobs.info()
-        if info is None or info["status"] in TERMINAL:
-            record["status"] = info["status"] if info else None
-            return
-        time.sleep(1)
+    def say(self, text: str) -> None:
+        self._say(f"{self.run_id}: {text}")
 
+    def run(self) -> dict[str, Any]:
+        state = self.cluster.state()
+        record = state.get(protocol.RECORD_KEY) or {}
+        if record.get("submission_id") != self.run_id:
+            record = {"submission_id": self.run_id}  # a new run: the last one's record is moot
+        self.record, self.mark = record, state.get(protocol.MARK_KEY) or {}
+        intent = record.get("intent") or {}
+        if intent.get("action") == "release" and not protocol.not_ours(self.run_id, self.mark):
+            self._release(intent["reason"])  # a dead tick's release: no Ray needed (no head)
+            return self._save()
+        if ("settled_mark" in record and not self.mark.get("ended")
+                and self.mark.get("run") == self.run_id
+                and self.mark.get("at") != record["settled_mark"]):
+            # An explicit `pulumi up` acted on the run since it was released or given up (it
+            # resumed the cluster to export, or submitted once more): the provider's mark
+            # changed. Compared for a change, never by time: the provider's clock is the
+            # user's machine's.
+            self.say("`pulumi up` acted on the run after it ended here; following it again")
+            record.update(released=False, released_reason=None, ended=None)
+            record.pop("settled_mark")
+        if record.get("released"):
+            return record  # the head and its job table are gone with the pods
+        self.jobs = self.ray(self.run_id)
+        listing = self.jobs.list_jobs()
+        self.listing = listing
+        self.found = protocol.attempts(listing, self.run_id)
+        self.exports = protocol.attempts(listing, protocol.export_run(self.run_id))
+        why_not = protocol.not_ours(self.run_id, self.mark)
+        if why_not:
+            self._stand_down(why_not)
+            return self._save()
+        if self.mark.get("run") == self.run_id:
+            self._stop_superseded()
+        self._attempt()
+        ended = record.get("ended") or {}
+        if ended.get("release") and self.spec.get("release_gpus") and not record.get("released"):
+            self._release(ended["reason"])
+        return self._save()
 
-def _retry(spec: dict, jobs: Any, info: dict, record: dict, now: float,
-           say: Callable[[str], None]) -> None:
-    """A FAILED attempt, or one this supervisor stopped for a stall: the next one, if allowed."""
-    stopped = record.get("stopped") or {}
-    ours = stopped.get("attempt") == record["attempt"]
-    if info["status"] == "STOPPED" and not ours:
-        record["gave_up"] = "stopped by someone else: left as it is"
-        return
-    if record.get("gave_up") or (ours and stopped["reason"].startswith("deadline")):
-        return
-    if now - record.get("first_start", now) > spec["deadline_s"]:
-        record["gave_up"] = f"deadline of {_duration(spec['deadline_s'])} reached"
-        return
-    if not protocol.may_retry(info, int(spec["max_retries"])):
-        record["gave_up"] = f"retry budget of {spec['max_retries']} spent"
-        say(f"{jobs.submission_id}: {info['status']}; {record['gave_up']}")
-        return
-    mine = {key: spec["metadata"][key] for key in (protocol.STACK_KEY, protocol.RESOURCE_KEY)}
-    others = [job["submission_id"] for job in jobs.live_jobs(mine)
-              if job["submission_id"] not in (jobs.submission_id, _export_id(spec))]
-    if others:
-        say(f"{jobs.submission_id}: waiting for {', '.join(others)} of the same run to end")
-        return
-    why = stopped["reason"] if ours else protocol.failure(info, record.get("step")
-                                                           if record.get("step_attempt")
-                                                           == record["attempt"] else None)
-    outcome = protocol.resubmit(jobs, Submission.of(spec), info, why,
-                                lambda line: say(f"{jobs.submission_id}: {line}"))
-    if outcome == "resubmitted":
-        record.update(last_failure=why, attempt=record["attempt"] + 1, status="PENDING",
-                      step_attempt=None)
+    # --- the run's attempts ----------------------------------------------------------------
 
-
-def _finish(spec: dict, ray: Callable[[str], Any], cluster: Cluster, record: dict,
-            say: Callable[[str], None]) -> None:
-    """SUCCEEDED: export once, then release the GPUs."""
-    export = spec.get("export")
-    if export and record.get("export_status") != "SUCCEEDED":
-        jobs = ray(_export_id(spec))
-        job = Submission.of({**export, "runtime_env": spec["runtime_env"],
-                             "metadata": {**spec["metadata"], protocol.ROLE_KEY: "model-export"}})
-        info = jobs.info()
-        if info is None:
-            protocol.submit_first(jobs, job)
-            say(f"{jobs.submission_id}: export submitted")
-            info = jobs.info() or {"status": "PENDING"}
-        elif info["status"] in RESUBMITTABLE:
-            if protocol.may_retry(info, int(spec["max_retries"])):
-                protocol.resubmit(jobs, job, info, f"export {info['status']}",
-                                  lambda line: say(f"{jobs.submission_id}: {line}"))
-                info = jobs.info() or info
+    def _attempt(self) -> None:
+        record, found = self.record, self.found
+        newest = max(found, default=None)
+        known = record.get("attempt")
+        intent = record.get("intent") or {}
+        if intent.get("action") == "submit":
+            if newest is not None and newest >= intent["attempt"]:
+                record["intent"] = None  # the dead tick's submission reached Ray
             else:
-                record["gave_up"] = "export failed; retry budget spent"
-        record["export_status"] = info["status"]
-        if info["status"] != "SUCCEEDED":
+                self._submit(intent["attempt"], intent["reason"])  # finish what it started
+                return
+        if newest is None or (known is not None and newest < known):
+            self._missing(known)
             return
-    if spec.get("release_gpus") and not record.get("released"):
-        say(f"{spec['submission_id']}: SUCCEEDED"
-            + (", model exported" if export else "") + "; suspending the RayCluster")
-        cluster.suspend()
-        record["released"] = True
+        info = found[newest]
+        if known != newest:
+            record.update(attempt=newest, step_attempt=None)
+        ended = record.get("ended") or {}
+        if ended.get("attempt") is not None and ended["attempt"] < newest:
+            record["ended"] = None  # an explicit `pulumi up` submitted a newer attempt
+        started = protocol.first_start(info)
+        if started is not None:
+            record["first_start"] = min(started, record.get("first_start") or started)
+        record.update(status=info["status"],
+                      last_failure=(info.get("metadata") or {}).get(protocol.LAST_FAILURE_KEY))
+        jobs = self.ray(protocol.attempt_id(self.run_id, newest))
+        if info["status"] in TERMINAL and record.get("step_attempt") != newest:
+            step = self._metrics(jobs, info).get("step")  # ended between two ticks: read once
+            if step is not None:
+                record.update(step=step, step_attempt=newest)
+        if record.get("ended"):
+            stopped = record.get("stopped") or {}
+            if info["status"] not in TERMINAL and stopped.get("attempt") == newest:
+                self._stop(jobs, stopped["reason"])  # a dead tick's deadline stop: finish it
+            return
+        if info["status"] not in TERMINAL:
+            self._follow(jobs, info)
+        elif info["status"] in RESUBMITTABLE:
+            self._retry(info)
+        else:
+            self._finish()
+
+    def _missing(self, known: int | None) -> None:
+        """Ray has no record of the attempt the record knows: the head restarted and its job
+        table is gone (the driver, on the head, died with it). Never read as "ended"."""
+        record = self.record
+        if known is None:
+            # This spec reaches the CronJob only once the run's create returned (the supervisor
+            # depends on the job), i.e. after attempt 0 was submitted: Ray lost it with its head
+            # before the first tick. (A run the provider ended or replaced never gets here.)
+            self.say("attempt 0 is gone from Ray with its head's job table")
+            record.update(status="LOST")
+            self._next(-1, "lost with the Ray head before its first step")
+            return
+        if record.get("status") == "SUCCEEDED":
+            self._finish()
+            return
+        if record.get("ended"):
+            return
+        step = record.get("step") if record.get("step_attempt") == known else None
+        why = protocol.failure({"status": "lost with the Ray head"}, step)
+        self.say(f"attempt {known} is gone from Ray with its head's job table ({why})")
+        record.update(status="LOST")
+        self._next(known, why)
+
+    def _follow(self, jobs: Any, info: dict[str, Any]) -> None:
+        """A live attempt: track its steps; stop it at the deadline or when it stalls."""
+        record, now, number = self.record, self.now(), self.record["attempt"]
+        stopped = record.get("stopped") or {}
+        if stopped.get("attempt") == number:
+            self._stop(jobs, stopped["reason"])  # a dead tick's stop: finish it
+            return
+        step = self._metrics(jobs, info).get("step") if info.get("driver_node_id") else None
+        if step is not None and (record.get("step_attempt") != number
+                                 or step != record.get("step")):
+            record.update(step=step, step_attempt=number, last_step_at=now)
+            record.setdefault("first_step_at", now)
+        started = (info.get("start_time") or now * 1000) / 1000
+        progress = record["last_step_at"] if record.get("step_attempt") == number else started
+        if now - record.get("first_start", started) > self.spec["deadline_s"]:
+            reason = f"deadline of {_duration(self.spec['deadline_s'])} reached"
+            record["ended"] = {"attempt": number, "by": "supervisor", "reason": reason,
+                               "release": True, "at": now}
+            self._stop(jobs, reason)
+        elif now - progress > self.spec["stall_s"]:
+            where = f"after step {int(step)}" if step is not None else "before its first step"
+            self._stop(jobs, f"no new step for {_duration(self.spec['stall_s'])} {where}")
+
+    def _stop(self, jobs: Any, reason: str) -> None:
+        """Save the stop, then make it: the next tick knows the STOPPED record is its own."""
+        self.say(f"stopping attempt {self.record['attempt']}: {reason}")
+        self.record["stopped"] = {"attempt": self.record["attempt"], "reason": reason}
+        self._save()
+        jobs.stop()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            info = jobs.info()
+            if info is None or info["status"] in TERMINAL:
+                self.record["status"] = info["status"] if info else None
+                return
+            time.sleep(1)
+
+    def _retry(self, info: dict[str, Any]) -> None:
+        """A FAILED attempt, or one this supervisor stopped for a stall: the next one, if
+        allowed. A STOPPED one it did not stop was ended by a person: left as it is."""
+        record, number = self.record, self.record["attempt"]
+        stopped = record.get("stopped") or {}
+        ours = stopped.get("attempt") == number
+        if info["status"] == "STOPPED" and not ours:
+            record["ended"] = {"attempt": number, "by": "someone else", "at": self.now(),
+                               "reason": "stopped by someone else: left as it is"}
+            return
+        step = record.get("step") if record.get("step_attempt") == number else None
+        why = stopped["reason"] if ours else protocol.failure(info, step)
+        self._next(number, why)
+
+    def _next(self, number: int, why: str) -> None:
+        """The attempt after `number`, within the budget and the deadline; else give up."""
+        record, now = self.record, self.now()
+        if now - record.get("first_start", now) > self.spec["deadline_s"]:
+            self._give_up(number, f"deadline of {_duration(self.spec['deadline_s'])} reached")
+        elif not protocol.may_retry(number, self.max_retries):
+            self._give_up(number, f"retry budget of {self.max_retries} spent")
+        else:
+            self._submit(number + 1, why)
+
+    def _give_up(self, number: int, reason: str) -> None:
+        self.say(f"{self.record.get('status')}; {reason}")
+        self.record["ended"] = {"attempt": number, "by": "supervisor", "reason": reason,
+                                "release": True, "at": self.now()}
+
+    def _submit(self, number: int, why: str) -> None:
+        """Attempt `number`: the intent is saved first, the provider's mark read again right
+        before the POST (a `pulumi up` may have ended or replaced the run meanwhile)."""
+        record = self.record
+        record["intent"] = {"action": "submit", "attempt": number, "reason": why}
+        self._save()
+        if self._mark_forbids():
+            return
+        started = record.get("first_start")
+        if protocol.submit_attempt(self.ray, self.run_id, number, Submission.of(self.spec), why,
+                                   started):
+            self.say(f"attempt {number} submitted after {why}")
+        else:
+            self.say(f"adopted attempt {number} (submitted by another actor)")
+        record.update(attempt=number, status="PENDING", step_attempt=None, last_failure=why,
+                      intent=None)
+
+    def _mark_forbids(self) -> bool:
+        mark = self.cluster.state().get(protocol.MARK_KEY) or {}
+        why_not = protocol.not_ours(self.run_id, mark)
+        if why_not:
+            self.say(f"not submitting: {why_not}")
+            self.record["intent"] = None
+            self._stand_down(why_not)
+        return bool(why_not)
+
+    # --- after the run ---------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        """SUCCEEDED: export (its own attempts, its own budget), then release the GPUs."""
+        record = self.record
+        export = self.spec.get("export")
+        if export and record.get("export_status") != "SUCCEEDED":
+            if not self._export(export):
+                return
+        if self.spec.get("release_gpus") and not record.get("released"):
+            self._release("SUCCEEDED" + (", model exported" if export else ""))
+
+    def _export(self, export: dict[str, Any]) -> bool:
+        """Whether the export SUCCEEDED; otherwise follow, retry or give it up."""
+        record, exports = self.record, self.exports
+        run = protocol.export_run(self.run_id)
+        job = Submission.of({**export, "runtime_env": self.spec["runtime_env"],
+                             "metadata": {**self.spec["metadata"],
+                                          protocol.ROLE_KEY: "model-export"}})
+        newest, known = max(exports, default=None), record.get("export_attempt")
+        intent = record.get("intent") or {}
+        if intent.get("action") == "export" and intent["attempt"] not in exports and (
+                newest is None or newest < intent["attempt"]):
+            return self._submit_export(run, job, intent["attempt"], intent["reason"])
+        if newest is None or (known is not None and newest < known):
+            if known is None:
+                return self._submit_export(run, job, 0, None)
+            if record.get("export_status") in (None, "PENDING", "RUNNING", "LOST"):
+                return self._retry_export(run, job, known, "export lost with the Ray head")
+            info = {"status": record.get("export_status")}
+        else:
+            info = exports[newest]
+            record.update(export_attempt=newest, export_status=info["status"])
+            if intent.get("action") == "export":
+                record["intent"] = None
+        status = info["status"]
+        if status == "SUCCEEDED":
+            return True
+        if status == "STOPPED":
+            record["ended"] = {"attempt": record.get("attempt"), "by": "someone else",
+                               "at": self.now(),
+                               "reason": "export stopped by someone else: left as it is"}
+        elif status == "FAILED":
+            self._retry_export(run, job, record["export_attempt"], "export FAILED")
+        return False
+
+    def _retry_export(self, run: str, job: Submission, number: int, why: str) -> bool:
+        if protocol.may_retry(number, self.max_retries):
+            return self._submit_export(run, job, number + 1, why)
+        self._give_up(self.record.get("attempt", 0),
+                      f"export failed; retry budget of {self.max_retries} spent")
+        return False
+
+    def _submit_export(self, run: str, job: Submission, number: int, why: str | None) -> bool:
+        record = self.record
+        record["intent"] = {"action": "export", "attempt": number, "reason": why}
+        self._save()
+        if self._mark_forbids():
+            return False
+        protocol.submit_attempt(self.ray, run, number, job, why)
+        self.say(f"export attempt {number} submitted")
+        record.update(export_attempt=number, export_status="PENDING", intent=None)
+        return False
+
+    def _release(self, reason: str) -> None:
+        """Suspend the RayCluster, unless a job of anyone else still runs on it, or the provider
+        has marked another run (or an ending) since this tick began.
+
+        The release intent is saved only if the state ConfigMap is unchanged since the mark was
+        read again (a conditional write): a provider that marks a new run after that sees the
+        intent and waits until the release is done before it resumes the cluster and submits
+        (GrpoJobProvider._await_release), so a new run is never suspended by an old one."""
+        record = self.record
+        if (record.get("intent") or {}).get("action") != "release":
+            live = [job["submission_id"] for job in self.ray(self.run_id).list_jobs()
+                    if job.get("status") not in TERMINAL]
+            if live:
+                self.say(f"not releasing the GPUs yet: {', '.join(live)} still runs")
+                return
+            fresh = self.cluster.state()
+            why_not = protocol.not_ours(self.run_id, fresh.get(protocol.MARK_KEY))
+            if why_not:
+                self.say(f"not releasing the GPUs: {why_not}")
+                return
+            record["intent"] = {"action": "release", "reason": reason}
+            self._save(version=fresh.get("version"))
+        self.say(f"{reason}; suspending the RayCluster")
+        self.cluster.suspend()
+        record.update(released=True, released_at=self.now(), released_reason=reason, intent=None)
+
+    # --- runs that are not the stack's -------------------------------------------------------
+
+    def _stand_down(self, why_not: str) -> None:
+        """The provider ended this run or another run replaced it: stop what of it still runs,
+        never export, resubmit or release."""
+        record = self.record
+        if (record.get("ended") or {}).get("reason") != why_not:
+            self.say(f"{why_not}: nothing more is done for this run")
+            record["ended"] = {"attempt": record.get("attempt"), "by": "pulumi",
+                               "reason": why_not, "at": self.now()}
+        record["intent"] = None
+        for number, info in [*self.found.items(), *self.exports.items()]:
+            if info.get("status") not in TERMINAL:
+                self.say(f"stopping {info['submission_id']} ({why_not})")
+                self.ray(info["submission_id"]).stop()
+
+    def _stop_superseded(self) -> None:
+        """Live jobs of this stack's run resource that belong to no attempt of this run (an old
+        run's straggler, e.g. a tick that submitted for it as it was being replaced)."""
+        mine = {key: self.spec["metadata"].get(key)
+                for key in (protocol.STACK_KEY, protocol.RESOURCE_KEY)}
+        ours = {info["submission_id"] for info in [*self.found.values(), *self.exports.values()]}
+        for job in self.listing:
+            meta = job.get("metadata") or {}
+            if (job.get("status") not in TERMINAL and job["submission_id"] not in ours
+                    and all(meta.get(key) == value for key, value in mine.items())):
+                self.say(f"stopping {job['submission_id']}, an earlier run superseded by this one")
+                self.ray(job["submission_id"]).stop()
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _metrics(self, jobs: Any, info: dict[str, Any]) -> dict[str, float]:
+        """The last step line of the attempt's log tail, asked once more with a larger tail when
+        the first holds none (a flood of NCCL INFO lines between two steps)."""
+        metrics = protocol.last_metrics(jobs.log_tail(_LOG_LINES, info))
+        if not metrics:
+            metrics = protocol.last_metrics(jobs.log_tail(_LOG_LINES_FLOOD, info))
+        return metrics
+
+    def _save(self, version: str | None = None) -> dict[str, Any]:
+        record = self.record
+        if (record.get("ended") or record.get("released")) and "settled_mark" not in record:
+            record["settled_mark"] = self.mark.get("at")  # the mark as it was when it ended here
+        record["updated"] = self.now()
+        record["state"] = protocol.describe(record)
+        if version is None:
+            self.cluster.save(record)
+        else:
+            self.cluster.save(record, version)
+        return record
 
 
 def _duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds / 3600:g} h"
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
-
-
-def _export_id(spec: dict) -> str:
-    return spec["submission_id"] + protocol.EXPORT_SUFFIX
-
-
-def _save(cluster: Cluster, record: dict, now: Callable[[], float]) -> dict:
-    record["updated"] = now()
-    record["state"] = protocol.describe(record)
-    cluster.save(record)
-    return record
 
 
 def main() -> int:
@@ -336,8 +430,9 @@ def main() -> int:
     try:
         record = tick(spec, lambda sid: RayHttp(spec["dashboard"], sid), cluster,
                       say=lambda line: print(line, flush=True))
-    except (OSError, RuntimeError, TimeoutError) as error:
-        # The head restarting, the API server busy: the next tick looks again.
+    except (OSError, RuntimeError, TimeoutError, ValueError) as error:
+        # The head restarting, the API server busy: the next tick finishes what this one
+        # started (every action was saved as an intent before it was taken).
         print(f"{spec['submission_id']}: this tick could not finish: {error}", flush=True)
         return 1
     print(f"{spec['submission_id']}: {record['state']}", flush=True)

@@ -97,11 +97,28 @@ class RunLifecycle(BaseModel):
         "the cluster up.",
     )
     keep_checkpoints: int = Field(
-        2, ge=1, le=100,
+        2, le=100,
         description="Checkpoints (global_step_<n>) kept in the run's directory, the newest; older "
         "ones are deleted, those of earlier attempts included. The exported model is kept "
-        "apart. default: 2 (one of the 32B model with its optimizer state is ~393 GB).",
+        "apart. At least 2 (see _keep_two). default: 2 (one of the 32B model with its "
+        "optimizer state is ~393 GB).",
     )
+
+    @field_validator("keep_checkpoints")
+    @classmethod
+    def _keep_two(cls, value: int) -> int:
+        # verl's register_checkpoint removes the previous step's actor/ right after a save
+        # (verl b178a3cd5 verl/utils/checkpoint/checkpoint_manager.py:159-172,
+        # fsdp_checkpoint_manager.py:362) and the tracker is written only afterwards
+        # (ray_trainer.py:958-995): with 1 kept, a crash in between leaves the tracker naming a
+        # step without actor/, which no retry and no export can load.
+        if value < 2:
+            raise ValueError(
+                f"{CONFIG_KEY}.keepCheckpoints={value!r} is too few: keep at least 2, so that "
+                "a crash while verl saves a checkpoint still leaves the one its tracker names; "
+                "use 2 (the default) or more"
+            )
+        return value
 
     @field_validator("dashboard_address")
     @classmethod
@@ -121,12 +138,14 @@ def prune_command(run_dir: str, keep: int) -> str:
     pruning never sees (it removes only paths saved by the current process,
     verl/utils/checkpoint/checkpoint_manager.py:59, :144-172 at b178a3cd5), are pruned too. The
     step the tracker names (what the attempt resumes from and the export merges) is never
-    deleted, even when a newer, partial save of a crashed attempt is among the newest. Errors
-    are ignored: pruning must never keep a run from starting.
+    deleted, even when a newer, partial save of a crashed attempt is among the newest: the
+    tracker is read once, and nothing is pruned when it cannot be read or is empty (a transient
+    GCS FUSE error must not leave the tracked step unprotected). Errors are ignored: pruning
+    must never keep a run from starting.
     """
     step_dir = f"{run_dir}/{CHECKPOINT_STEP_DIR.format('')}"
-    tracked = f"$(cat {run_dir}/{CHECKPOINT_TRACKER} 2>/dev/null)"
     return (
+        f'if t=$(cat {run_dir}/{CHECKPOINT_TRACKER} 2>/dev/null) && [ -n "$t" ]; then '
         f"for s in $(ls -d {step_dir}* 2>/dev/null | sed 's|.*_||' | sort -n | head -n -{keep}); "
-        f'do [ "$s" = "{tracked}" ] || rm -rf {step_dir}$s; done'
+        f'do [ "$s" = "$t" ] || rm -rf {step_dir}$s; done; fi'
     )
