@@ -219,6 +219,11 @@ class Engine:
 
     def destroy(self) -> None:
         world = self.world
+        # What this destroy must end: the jobs of the resources in the state. A create that
+        # failed left nothing in the state (a dynamic provider's failed create records no
+        # resource), so its job dies with the RayCluster, not with a provider's delete.
+        owned = ([self.state["job"].run] if "job" in self.state else []) + (
+            [self.state["check"].outs["submission_id"]] if "check" in self.state else [])
         world.cron.remove()
         world.kuberay.configmaps.pop(STATE, None)
         if "job" in self.state:
@@ -231,7 +236,7 @@ class Engine:
             res = self.state["check"]
             self._call("check", None, self.check.delete, res.outs["submission_id"], res.outs)
             del self.state["check"]
-        world.observer.before_cluster_delete()
+        world.observer.before_cluster_delete(owned)
         for run in world.runs:  # the whole stack is gone: every run it deployed has ended
             if run.ended_at is None:
                 run.ended_at = world.clock.now

@@ -193,8 +193,10 @@ class Observer:
     def op_failed(self, kind: str, method: str, error: Exception, faulted: bool) -> None:
         self.failed_ops.append((kind, method, f"{type(error).__name__}: {error}", faulted))
 
-    def before_cluster_delete(self) -> None:
-        live = [j.sid for j in self.world.ray.live()]
+    def before_cluster_delete(self, owned: list) -> None:
+        """The destroy's provider deletes ended every job of the resources it deleted."""
+        live = [j.sid for j in self.world.ray.live()
+                if any(self.run_of_job.get(j.serial) is o or j.sid == o for o in owned)]
         if live:
             self.violate("destroy", f"destroy reached the RayCluster with live jobs: {live}")
 
