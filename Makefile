@@ -14,7 +14,7 @@ STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model outputs curve logs cost test bench clean
+.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model outputs curve logs cost test explore bench clean
 
 venv: $(VENV)/.tools-installed
 dev: $(VENV)/.dev-installed
@@ -110,6 +110,12 @@ cost: venv
 ## instead of xdist's largest-file-first, which left the long Ray files for the end.
 test: dev node
 	$(PY) -m pytest -q -rs -n 3 --dist loadfile --no-loadscope-reorder tests
+
+## A long exploration of the run's lifecycle in the simulated world (tests/sim/, docs/run-lifecycle.md
+## "The simulation"); prints the seed and the shortest failing sequence of anything it finds:
+## make explore [EXAMPLES=300] [STEPS=40] [SEED=n] [WITHOUT=head_restart,tick_fault] [SETUP=keep=2,max_retries=1] [ONLY=budget]
+explore: dev
+	$(PY) -m tests.sim.explore --examples $(or $(EXAMPLES),300) --steps $(or $(STEPS),40) $(if $(SEED),--seed $(SEED),) $(if $(WITHOUT),--without $(WITHOUT),) $(if $(SETUP),--setup $(SETUP),) $(if $(ONLY),--only $(ONLY),)
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.
 bench: dev

@@ -1,0 +1,252 @@
+"""The invariants of the run's lifecycle (issue 27), over what the world can observe: the
+simulated Ray's submissions, statuses and logs, who sent each stop and suspend, the
+RayCluster's suspend, the bucket, and what `up` printed. Never the program's internals, so
+they hold whatever the protocol's design (one id per run or per attempt, intent records).
+
+Each violation is recorded with the invariant's name (INVARIANTS) and the moment; the state
+machine (tests/sim/machine.py) fails on the first.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tests.sim.ray_model import TERMINAL
+
+INVARIANTS = {
+    "one-live-attempt": "never two live attempts of one run",
+    "ended-run-idle": "never a live job of an ended or superseded run after the next tick",
+    "budget": "attempts stay within maxRetries, plus one for each explicit up after a failure",
+    "resume": "a failed, stalled or lost run resumes within two ticks while budget and "
+              "deadline remain",
+    "release": "with releaseGpus, the GPUs go back within two ticks of success plus export, "
+               "or of giving up",
+    "destroy": "destroy from any reachable state completes and leaves no live job",
+    "new-run-safe": "a new run is never stopped or suspended on behalf of an old one",
+    "tracker": "the checkpoint the tracker names is never pruned",
+    "up-reports": "up never reports a step, phase or metric that the current attempt did not "
+                  "log",
+}
+# What up prints for each phase (protocol.PHASES' names) and the line of verl that marks it.
+PHASE_LINES = (
+    ("TaskRunner placed", "TaskRunner hostname:"),
+    ("loading the model and starting the rollout engine", "Total training steps:"),
+    ("workers and rollout engine up", ("Training from scratch", "Load from checkpoint")),
+)
+TICKS = 2
+
+
+class Violation(AssertionError):
+    pass
+
+
+class Observer:
+    def __init__(self, world: Any) -> None:
+        self.world = world
+        self.violations: list[str] = []
+        self.run_of_job: dict[int, Any] = {}
+        self.lines: dict[int, list[str]] = {}
+        self.stop_actor: dict[int, Any] = {}
+        self.resume: dict[int, list[Any]] = {}  # run serial -> [since, clean ticks, cause]
+        self.release: dict[int, list[float]] = {}
+        self.failed_ops: list[tuple[str, str, str, bool]] = []
+        self.causes: set[str] = set()  # why runs needed a next attempt (failed, stalled, lost)
+
+    def violate(self, name: str, text: str) -> None:
+        self.violations.append(f"[{name}] t={self.world.clock.now:.1f}s: {text}")
+
+    # --- helpers ---------------------------------------------------------------------------
+    def attempts(self, run: Any) -> list[Any]:
+        return [job for job in self.world.ray.submissions
+                if self.run_of_job.get(job.serial) is run and self.world.kind_of(job) == "train"]
+
+    def exports(self, run: Any) -> list[Any]:
+        return [job for job in self.world.ray.submissions
+                if self.run_of_job.get(job.serial) is run
+                and self.world.kind_of(job) == "export"]
+
+    def live_of(self, run: Any) -> list[Any]:
+        return [job for job in self.world.ray.live() if self.run_of_job.get(job.serial) is run]
+
+    def run_failed(self, run: Any) -> bool:
+        """The run's latest attempt ended without success, or its record is gone."""
+        tried = self.attempts(run)
+        if not tried:
+            return False
+        last = tried[-1]
+        gone = self.world.ray.jobs.get(last.sid) is not last
+        return last.status in ("FAILED", "STOPPED") or (gone and last.status not in TERMINAL)
+
+    # --- events ----------------------------------------------------------------------------
+    def submitted(self, job: Any) -> None:
+        run = self.world.run_of(job)
+        self.run_of_job[job.serial] = run
+        if run is None or self.world.kind_of(job) != "train":
+            return
+        others = [j for j in self.live_of(run)
+                  if j is not job and self.world.kind_of(j) == "train"]
+        if others:
+            self.violate("one-live-attempt", f"{job.sid} submitted while "
+                         f"{', '.join(j.sid + ' ' + j.status for j in others)} is live")
+        if run.explicit_after is not None and len(self.attempts(run)) == run.explicit_after + 1:
+            actor = self.world.actor
+            run.extra_ups += actor is not None and actor.kind == "up"
+            run.explicit_after = None
+        allowed = run.config.max_retries + 1 + run.extra_ups
+        if len(self.attempts(run)) > allowed:
+            self.violate("budget", f"attempt {len(self.attempts(run))} of run {run.serial} "
+                         f"submitted; allowed {allowed} (maxRetries {run.config.max_retries}, "
+                         f"{run.extra_ups} explicit ups after a failure)")
+        self.resume.pop(run.serial, None)
+
+    def ended(self, job: Any) -> None:
+        run = self.run_of_job.get(job.serial)
+        if run is None or run.ended_at is not None:
+            return
+        kind = self.world.kind_of(job)
+        if kind == "train":
+            stopper = self.stop_actor.get(job.serial)
+            by_supervisor = stopper is not None and stopper.kind == "tick" and stopper.run is run
+            if job.status == "FAILED":
+                self._needs_resume(run, "failed")
+            elif job.status == "STOPPED" and by_supervisor:
+                self._needs_resume(run, "stalled")
+            elif job.status == "SUCCEEDED" and not run.config.export:
+                self._release_due(run)
+        elif kind == "export":
+            if job.status == "SUCCEEDED":
+                self._release_due(run)
+            elif job.status == "FAILED" and len(self.exports(run)) > run.config.max_retries:
+                self._release_due(run)  # the export's budget is spent: given up
+
+    def head_lost(self) -> None:
+        for job in self.world.ray.live():
+            run = self.run_of_job.get(job.serial)
+            if run is not None and run.ended_at is None and self.world.kind_of(job) == "train":
+                self._needs_resume(run, "lost")
+
+    def _needs_resume(self, run: Any, cause: str) -> None:
+        self.causes.add(cause)
+        if len(self.attempts(run)) < run.config.max_retries + 1:
+            self.resume[run.serial] = [self.world.clock.now, 0, cause]
+        else:
+            self._release_due(run)  # the budget is spent: the supervisor gives up
+
+    def _release_due(self, run: Any) -> None:
+        if run.config.release_gpus:
+            self.release[run.serial] = [self.world.clock.now, 0]
+
+    def stopped(self, job: Any) -> None:
+        actor = self.world.actor
+        self.stop_actor[job.serial] = actor
+        target = self.run_of_job.get(job.serial)
+        if actor is not None and actor.run is not None and target is not None \
+                and target.serial > actor.run.serial:
+            self.violate("new-run-safe", f"{job.sid} (run {target.serial}) stopped by the "
+                         f"{actor.kind} of run {actor.run.serial}")
+
+    def suspended(self) -> None:
+        actor = self.world.actor
+        owner = actor.run if actor is not None else None
+        for run in self.world.runs:
+            newer = owner is not None and run.serial > owner.serial and run.ended_at is None
+            live = [j.sid for j in self.live_of(run)]
+            if newer or (live and run.ended_at is None):
+                self.violate("new-run-safe", f"RayCluster suspended by the "
+                             f"{actor.kind if actor else '?'} of run "
+                             f"{owner.serial if owner else '?'} while run {run.serial} "
+                             f"{'is live: ' + ', '.join(live) if live else 'is deployed'}")
+        if owner is not None:
+            self.release.pop(owner.serial, None)
+
+    def logged(self, job: Any, line: str) -> None:
+        self.lines.setdefault(job.serial, []).append(line)
+
+    def tracker(self, bucket: Any) -> None:
+        if not bucket.tracked_ok():
+            self.violate("tracker", f"the tracker names step {bucket.tracker}, whose actor/ "
+                         f"is gone (steps {bucket.steps})")
+
+    def up_said(self, line: str) -> None:
+        sid, _, text = line.partition(": ")
+        job = self.world.ray.jobs.get(sid)
+        run = self.run_of_job.get(job.serial) if job else None
+        if run is None or self.world.kind_of(job) != "train":
+            return
+        current = self.attempts(run)[-1]
+        logged = self.lines.get(current.serial, [])
+        for name, marks in PHASE_LINES:
+            marks = (marks,) if isinstance(marks, str) else marks
+            if text.startswith(name + " after") and not any(
+                    mark in seen for seen in logged for mark in marks):
+                self.violate("up-reports", f"up printed {text!r} but attempt "
+                             f"{len(self.attempts(run)) - 1} logged no {marks[0]!r}")
+        step = re.search(r"\bstep=(\d+)", text)
+        if step and not any(f"step:{step.group(1)} " in seen for seen in logged):
+            self.violate("up-reports", f"up printed {text!r} but attempt "
+                         f"{len(self.attempts(run)) - 1} logged no step {step.group(1)}")
+
+    def forward_to_nothing(self) -> None:
+        pass
+
+    def op_failed(self, kind: str, method: str, error: Exception, faulted: bool) -> None:
+        self.failed_ops.append((kind, method, f"{type(error).__name__}: {error}", faulted))
+
+    def before_cluster_delete(self, owned: list) -> None:
+        """The destroy's provider deletes ended every job of the resources it deleted."""
+        live = [j.sid for j in self.world.ray.live()
+                if any(self.run_of_job.get(j.serial) is o or j.sid == o for o in owned)]
+        if live:
+            self.violate("destroy", f"destroy reached the RayCluster with live jobs: {live}")
+
+    def after_tick(self, started: float, clean: bool, run: Any) -> None:
+        if not clean or run is None:
+            return
+        for serial, entry in list(self.resume.items()):
+            if serial == run.serial and entry[0] <= started and run.ended_at is None:
+                entry[1] += 1
+                if entry[1] >= TICKS:
+                    self.violate(f"resume-{entry[2]}", f"run {serial} ({entry[2]}) needs its "
+                                 f"next attempt since t={entry[0]:.1f}s; {TICKS} ticks later "
+                                 "none was submitted")
+                    del self.resume[serial]
+        for serial, entry in list(self.release.items()):
+            if serial == run.serial and entry[0] <= started and run.ended_at is None:
+                if self.world.kuberay.suspend:
+                    del self.release[serial]
+                    continue
+                entry[1] += 1
+                if entry[1] >= TICKS:
+                    self.violate("release", f"run {serial} succeeded and exported, or was "
+                                 f"given up, at t={entry[0]:.1f}s; the GPUs are still held "
+                                 f"{TICKS} ticks later")
+                    del self.release[serial]
+        for old in self.world.runs:
+            if old.ended_at is not None and old.ended_at <= started:
+                live = [j.sid for j in self.live_of(old)]
+                if live:
+                    self.violate("ended-run-idle", f"run {old.serial} ended at "
+                                 f"t={old.ended_at:.1f}s; after a tick, {live} still live")
+
+    def check(self, prefer: str | None = None, only: bool = False) -> None:
+        """Raise the first violation (of `prefer`, if any is), as an exception type of its
+        own per invariant (and cause), so that hypothesis tells distinct failures apart and
+        shrinks each."""
+        mine = [v for v in self.violations if prefer and v.startswith(f"[{prefer}")]
+        if only and not mine:
+            return
+        if self.violations:
+            first = (mine or self.violations)[0]
+            name = first[1:first.index("]")]
+            raise violation_type(name)("\n".join(self.violations))
+
+
+_TYPES: dict[str, type] = {}
+
+
+def violation_type(name: str) -> type:
+    key = re.sub(r"\W", "_", name)
+    if key not in _TYPES:
+        _TYPES[key] = type(f"Violated_{key}", (Violation,), {"__module__": __name__})
+    return _TYPES[key]

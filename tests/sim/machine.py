@@ -1,0 +1,187 @@
+"""Random sequences of what happens to a run, checked against the invariants after every step.
+
+hypothesis's RuleBasedStateMachine draws the run's config, then any sequence of: the user's
+`up`, `up --refresh`, `refresh`, a config change that replaces the run (with or without a new
+cluster check), `destroy`; time passing (CronJob ticks and verl's steps happen on the clock);
+an attempt failing, succeeding, hanging or crashing in a checkpoint save; the next attempts
+crashing at once; the export failing or hanging; a head restart; a tick killed, or a call of
+a tick or of `up` timing out, refused or answered 500, at its Nth call; a flaky tracker read.
+tests/sim/invariants.py names the invariants; DISABLED switches rules off (make explore's
+--without), so that one failure does not hide another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from tests.sim import seams, verl
+from tests.sim.engine import Config, Engine, Refused
+from tests.sim.world import Params, World
+
+WAITS = (0.5, 2.0, 10.0, 60.0, 130.0, 600.0, 2900.0)
+MAX_VIRTUAL_S = 40 * 3600  # below the 48 h deadline: the deadline is never what ends a run
+
+
+def enabled(name: str):
+    return precondition(lambda self: name not in self.DISABLED and not self.gone)
+
+
+class LifecycleMachine(RuleBasedStateMachine):
+    DISABLED: ClassVar[frozenset[str]] = frozenset()
+    PREFER: ClassVar[str | None] = None  # the invariant reported first when several break
+    ONLY: ClassVar[bool] = False  # check PREFER alone (explore --only), so that another
+    # failure on the same path does not end every sequence before it
+    PINNED: ClassVar[dict] = {}  # setup values that override the drawn ones (explore --setup)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack = contextlib.ExitStack()
+        self.world: World | None = None
+        self.gone = False  # destroyed: only `up` brings the stack back
+        self.refusals: list[str] = []
+
+    @initialize(
+        max_retries=st.integers(0, 2), export=st.booleans(), release=st.booleans(),
+        keep=st.sampled_from([2, 1]), wait_for=st.sampled_from(["first-step", "running",
+                                                                 "submitted"]),
+        linger=st.sampled_from([0.2, 1.0, 3.0]),
+        phase=st.floats(0.0, 119.0, allow_nan=False).map(lambda x: round(x, 1)),
+    )
+    def setup(self, max_retries: int, export: bool, release: bool, keep: int, wait_for: str,
+              linger: float, phase: float) -> None:
+        pinned = {**dict(max_retries=max_retries, export=export, release=release, keep=keep,
+                         wait_for=wait_for, linger=linger, phase=phase), **self.PINNED}
+        max_retries, export, release, keep = (pinned[k] for k in (
+            "max_retries", "export", "release", "keep"))
+        wait_for, linger, phase = pinned["wait_for"], pinned["linger"], pinned["phase"]
+        self.world = World(Params(actor_linger_s=linger, tick_phase_s=phase))
+        self.stack.callback(self.world.close)
+        self.stack.enter_context(seams.installed(self.world))
+        self.engine = Engine(self.world, Config(max_retries=max_retries, export=export,
+                                                release_gpus=release, keep=keep,
+                                                wait_for=wait_for))
+
+    def teardown(self) -> None:
+        self.stack.close()
+
+    # --- the user ----------------------------------------------------------------------------
+    def _engine(self, operation, *args) -> None:
+        try:
+            operation(*args)
+        except Refused as error:
+            self.refusals.append(str(error))  # up may fail (a job that ends early, a config)
+
+    @rule()
+    @precondition(lambda self: "up" not in self.DISABLED)
+    def up(self) -> None:
+        self.gone = False
+        self._engine(self.engine.up)
+
+    @rule()
+    @enabled("up_refresh")
+    def up_refresh(self) -> None:
+        self._engine(self.engine.up, True)
+
+    @rule()
+    @enabled("refresh")
+    def refresh(self) -> None:
+        self._engine(self.engine.refresh)
+
+    @rule(check_too=st.booleans())
+    @enabled("replace")
+    def replace(self, check_too: bool) -> None:
+        self.engine.config.version += 1
+        if check_too:
+            self.engine.config.check_version += 1
+        self._engine(self.engine.up)
+
+    @rule()
+    @enabled("destroy")
+    def destroy(self) -> None:
+        world = self.world
+        faults = len(world.observer.failed_ops)
+        try:
+            self.engine.destroy()
+            self.gone = True
+        except Refused as error:
+            excused = any(op[3] for op in world.observer.failed_ops[faults:]) or \
+                "process died" in str(error)
+            if not excused:
+                world.observer.violate("destroy", f"destroy stopped: {error}")
+
+    # --- time and the systems ------------------------------------------------------------------
+    @rule(seconds=st.sampled_from(WAITS))
+    @precondition(lambda self: self.world is None or self.world.clock.now < MAX_VIRTUAL_S)
+    def wait(self, seconds: float) -> None:
+        self.world.clock.sleep(seconds)
+
+    @rule(kind=st.sampled_from(["fail", "succeed", "hang", "fail_in_save"]))
+    @enabled("attempt")
+    def attempt_does(self, kind: str) -> None:
+        for job in self.world.ray.live():
+            driver = job.driver
+            if isinstance(driver, verl.Training) and driver.alive:
+                if kind == "fail":
+                    driver.exit(1)
+                elif kind == "succeed":
+                    driver.exit(0)
+                elif kind == "hang":
+                    driver.mode = "hang"
+                else:
+                    driver.fail_in_save = True
+
+    @rule(kind=st.sampled_from(["healthy", "crash"]))
+    @enabled("next_attempts")
+    def next_attempts(self, kind: str) -> None:
+        self.world.plan.next_attempt = kind
+
+    @rule(kind=st.sampled_from(["ok", "fail", "hang"]))
+    @enabled("export")
+    def exports(self, kind: str) -> None:
+        self.world.plan.next_export = kind
+        for job in self.world.ray.live():
+            if isinstance(job.driver, verl.Export) and job.driver.alive and kind == "fail":
+                job.driver.exit(1)
+
+    @rule()
+    @enabled("head_restart")
+    def head_restart(self) -> None:
+        self.world.kuberay.restart_head()
+
+    @rule(n=st.integers(1, 4), kind=st.sampled_from(["kill", "timeout"]))
+    @enabled("tick_fault")
+    def tick_dies(self, n: int, kind: str) -> None:
+        """The next tick is killed, or its reply lost, right after its Nth write."""
+        self.world.faults["tick"] = (n, kind)
+
+    @rule(n=st.integers(1, 12), kind=st.sampled_from(["refused", "error500"]))
+    @enabled("tick_fault")
+    def tick_call_fails(self, n: int, kind: str) -> None:
+        """The next tick's Nth call is refused or answered 500 (a list race, a busy head)."""
+        self.world.faults["tick"] = (n, kind)
+
+    @rule(n=st.integers(1, 6), kind=st.sampled_from(["kill", "timeout"]))
+    @enabled("up_fault")
+    def up_dies(self, n: int, kind: str) -> None:
+        """The next engine call's process dies, or a reply is lost, after its Nth write."""
+        self.world.faults["up"] = (n, kind)
+
+    @rule(n=st.integers(1, 40), kind=st.sampled_from(["refused", "error500"]))
+    @enabled("up_fault")
+    def up_call_fails(self, n: int, kind: str) -> None:
+        self.world.faults["up"] = (n, kind)
+
+    @rule()
+    @enabled("flaky_tracker")
+    def flaky_tracker(self) -> None:
+        for bucket in self.engine.buckets.values():
+            bucket.flaky_reads = 1
+
+    @invariant()
+    def holds(self) -> None:
+        if self.world is not None:
+            self.world.observer.check(self.PREFER, only=self.ONLY)

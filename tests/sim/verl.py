@@ -1,0 +1,207 @@
+"""What a job's entrypoint does in the world: verl's training, the model export, the check.
+
+Training (volcengine/verl b178a3cd5, as tests/fakes/verl_trainer.py fakes it for the tests):
+the entrypoint first prunes old checkpoints with the program's own shell
+(components/schema/lifecycle.py prune_command, run here by bash on a directory that mirrors the
+bucket), then verl prints its phases (main_ppo.py:278 "TaskRunner hostname:",
+ray_trainer.py:384 "Total training steps:", :1014/:1026 "Training from scratch" / "Load from
+checkpoint folder"), resumes from the step the tracker names, and logs one `step:N - ...` line
+per step. Every SAVE_EVERY steps it saves `global_step_<n>/actor`, then its own window removes
+the actor directory of saves beyond `max_actor_ckpt_to_keep` (checkpoint_manager.py:159-172,
+fsdp_checkpoint_manager.py:362), and only then, after data.pt, writes the tracker
+(ray_trainer.py:958-995): a crash in between leaves the tracker on the previous step.
+The export (verl.model_merger, tests/fakes/model_merger.py) reads the tracked step's `actor/`
+and fails if it is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Any
+
+from components.schema.lifecycle import prune_command
+
+STEP_S = 60.0  # one training step (the first comes STEP_S after the phases): scaled down
+PHASE_AT = (5.0, 15.0, 25.0)
+SAVE_EVERY = 2
+TRACKER_AFTER_S = 20.0  # from a save's actor/ to its tracker write (data.pt in between)
+EXPORT_S = 60.0
+CHECK_S = 30.0
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+class Bucket:
+    """The run's checkpoint directory in the bucket: steps (with or without actor/) and the
+    tracker. Pruning runs the program's real shell on a temporary copy."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, bool] = {}  # step -> its actor/ exists
+        self.tracker: int | None = None
+        self.flaky_reads = 0  # the next N tracker reads of the prune fail (a FUSE error)
+
+    def prune(self, keep: int) -> None:
+        root = tempfile.mkdtemp(prefix="sim-ckpt-")
+        try:
+            for step, actor in self.steps.items():
+                os.makedirs(os.path.join(root, f"global_step_{step}", *(["actor"] if actor
+                                                                          else [])))
+            tracker = os.path.join(root, TRACKER)
+            if self.flaky_reads:
+                self.flaky_reads -= 1
+                os.makedirs(tracker)  # `cat` fails on it, as on a transient FUSE error
+            elif self.tracker is not None:
+                with open(tracker, "w") as file:
+                    file.write(str(self.tracker))
+            subprocess.run(["bash", "-c", prune_command(root, keep)], check=False,
+                           capture_output=True)
+            left = {int(name.rsplit("_", 1)[1]) for name in os.listdir(root)
+                    if name.startswith("global_step_")}
+            self.steps = {s: a for s, a in self.steps.items() if s in left}
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def tracked_ok(self) -> bool:
+        return self.tracker is None or self.steps.get(self.tracker) is True
+
+
+class Driver:
+    """Base: a process the job's supervisor actor runs; ends once."""
+
+    def __init__(self, world: Any, job: Any) -> None:
+        self.world, self.job = world, job
+        self.alive = False
+        self.mode = "healthy"
+
+    def start(self) -> None:
+        self.alive = True
+        self.t0 = self.world.clock.now
+        self.run()
+
+    def at(self, delay: float, action: Any) -> None:
+        def fire() -> None:
+            if self.alive:
+                action()
+        self.world.schedule(delay, fire)
+
+    def log(self, line: str) -> None:
+        self.world.ray.log(self.job, line)
+        self.world.observe_log(self.job, line)
+
+    def exit(self, code: int, stopped: bool = False) -> None:
+        if self.alive:
+            self.alive = False
+            self.world.ray.driver_exited(self.job, code, stopped)
+
+    def stop(self) -> None:  # SIGTERM from the job's supervisor actor
+        self.at(0.5, lambda: self.exit(-15, stopped=True))
+
+    def kill(self) -> None:  # the node or the head went away: nothing more is written
+        self.alive = False
+
+    def run(self) -> None: ...
+
+
+class Training(Driver):
+    def __init__(self, world: Any, job: Any, run: Any) -> None:
+        super().__init__(world, job)
+        self.run_ = run
+        self.mode = world.plan.next_attempt
+        self.fail_in_save = False
+
+    def run(self) -> None:
+        bucket, keep = self.run_.bucket, self.run_.keep
+        bucket.prune(keep)
+        self.world.check_tracker(bucket)
+        if self.mode == "crash":
+            self.at(0.5, lambda: (self.log("ImportError: cannot import name 'x' (simulated)"),
+                                  self.exit(1)))
+            return
+        self.log("(TaskRunner pid=1) TaskRunner hostname: head, PID: 1")
+        self.at(PHASE_AT[1], lambda: self.log("(TaskRunner pid=1) Total training steps: "
+                                              f"{self.run_.total_steps}"))
+        resume = bucket.tracker if bucket.tracked_ok() else None
+        if resume:
+            self.at(PHASE_AT[2], lambda: self.log(
+                f"(TaskRunner pid=1) Load from checkpoint folder: global_step_{resume}"))
+        else:
+            self.at(PHASE_AT[2], lambda: self.log("(TaskRunner pid=1) Training from scratch"))
+        self.step = resume or 0
+        self.at(PHASE_AT[2] + STEP_S, self.next_step)
+
+    def next_step(self) -> None:
+        if self.mode == "hang":
+            return
+        self.step += 1
+        step = self.step
+        self.log(f"(TaskRunner pid=1) step:{step} - critic/score/mean:{step / 100:.3f} - "
+                 f"actor/lr:np.float64(1e-05) - response_length/mean:{100 + step}")
+        if step % SAVE_EVERY == 0:
+            self.save(step)
+        if step >= self.run_.total_steps:
+            self.at(TRACKER_AFTER_S + 1, lambda: self.exit(0))
+        else:
+            self.at(STEP_S, self.next_step)
+
+    def save(self, step: int) -> None:
+        bucket, keep = self.run_.bucket, self.run_.keep
+        bucket.steps[step] = True
+        saved = self.saved = getattr(self, "saved", []) + [step]
+        for old in saved[:-keep]:  # verl's window: what this process saved, beyond keep
+            if old in bucket.steps:
+                bucket.steps[old] = False
+        self.world.check_tracker(bucket)
+        if self.fail_in_save:
+            self.at(1.0, lambda: self.exit(1))
+            return
+
+        def tracker() -> None:
+            bucket.tracker = step
+            self.world.check_tracker(bucket)
+        self.at(TRACKER_AFTER_S, tracker)
+
+
+class Export(Driver):
+    def __init__(self, world: Any, job: Any, run: Any) -> None:
+        super().__init__(world, job)
+        self.run_ = run
+        self.mode = world.plan.next_export
+
+    def run(self) -> None:
+        self.log("verl model merger: loading shards")
+        if self.mode == "hang":
+            return
+        if self.mode == "fail":
+            self.at(EXPORT_S / 2, lambda: (self.log("MemoryError (simulated)"), self.exit(1)))
+            return
+
+        def merged() -> None:
+            if self.run_.bucket.tracked_ok() and self.run_.bucket.tracker is not None:
+                self.log("Saved merged model")
+                self.run_.exported = True
+                self.exit(0)
+            else:
+                self.log("checkpoint not found")
+                self.exit(1)
+        self.at(EXPORT_S, merged)
+
+
+class Check(Driver):
+    """The ClusterCheck's script: measures and prints its result line (cluster_check.py)."""
+
+    def run(self) -> None:
+        def done() -> None:
+            self.log(self.world.check_result_line())
+            self.exit(0)
+        self.at(CHECK_S, done)
+
+
+class Stray(Driver):
+    """Any other entrypoint (the conformance script's): `echo <text>` prints and exits 0;
+    anything else (`sleep N`) runs until stopped."""
+
+    def run(self) -> None:
+        if self.job.entrypoint.startswith("echo "):
+            self.at(0.1, lambda: (self.log(self.job.entrypoint[5:]), self.exit(0)))

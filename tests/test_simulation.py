@@ -1,0 +1,171 @@
+"""The run's lifecycle in the simulated world (tests/sim/): the program's real provider and
+supervisor against Ray, KubeRay, the CronJob and the engine, with the invariants of
+tests/sim/invariants.py checked after every step.
+
+- One replayed sequence per finding of the review (../shared/reference/RUN-LIFECYCLE-REVIEW.md):
+  the shortest sequence `make explore` found for it (or a shorter one written from it), run as
+  the state machine runs it. On the code before the protocol's fixes each breaks exactly the
+  invariant named (xfail(strict=True, raises=that invariant's type): any other failure fails).
+- A fixed-seed exploration (derandomized, small): random sequences over every rule.
+- The world itself: deterministic (one sequence twice gives the same history).
+`make explore` runs the long exploration (tests/sim/explore.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from tests.sim.invariants import Violation, violation_type
+from tests.sim.machine import LifecycleMachine
+
+SETUP = dict(max_retries=1, export=False, release=False, keep=2, wait_for="first-step",
+             linger=0.2, phase=7.0)
+
+
+def replay(setup: dict, *steps: tuple, prefer: str | None = None,
+           happened=lambda _: True) -> LifecycleMachine:
+    """Run `steps` ((rule, kwargs) pairs) as hypothesis would: the invariant `prefer` is
+    checked after each step (so that the finding's own violation is the one reported), every
+    invariant after the last."""
+    machine = LifecycleMachine()
+    machine.PREFER = prefer
+    try:
+        machine.setup(**{**SETUP, **setup})
+        machine.holds()
+        for name, kwargs in steps:
+            getattr(machine, name)(**kwargs)
+            machine.world.observer.check(prefer, only=prefer is not None)
+        machine.holds()
+        assert happened(machine), "the sequence no longer reaches the situation it is about"
+        return machine
+    finally:
+        machine.teardown()
+
+
+def step(name: str, **kwargs) -> tuple:
+    return name, kwargs
+
+
+WAIT_600 = step("wait", seconds=600.0)
+
+
+def attempts(m: LifecycleMachine) -> list:
+    return [j for j in m.world.ray.submissions if m.world.kind_of(j) == "train"]
+
+
+# (finding, the invariant it breaks, setup, steps, what shows the sequence did what it is
+# about: so that a sequence cannot pass because it no longer reaches its situation)
+FINDINGS = [
+    ("1: destroy after a release port-forwards to a head with no pod", "destroy",
+     dict(max_retries=0, release=True), [step("up"), WAIT_600, step("destroy")],
+     lambda m: m.world.kuberay.suspends and m.gone),
+    ("2: the old run's supervisor resubmits its export during the new run's up",
+     "ended-run-idle", dict(max_retries=0, export=True, release=True),
+     [step("up"), step("attempt_does", kind="succeed"), step("wait", seconds=60.0),
+      step("replace", check_too=False), WAIT_600],
+     lambda m: len(m.world.runs) == 2 and any(
+         run is m.world.runs[0] and at > run.ended_at for at, run, _ in m.world.cron.history)),
+    ("3: a head restart empties the job table and the run is never resumed", "resume-lost",
+     {}, [step("up"), step("head_restart"), WAIT_600],
+     lambda m: "lost" in m.world.observer.causes and len(attempts(m)) >= 2),
+    ("4: a tick dying between DELETE and the resubmission abandons the run",
+     "resume-failed", {}, [step("up"), step("attempt_does", kind="fail"),
+                           step("tick_dies", n=1, kind="kill"), WAIT_600],
+     lambda m: any(o == "died" for _, _, o in m.world.cron.history) and len(attempts(m)) >= 2),
+    ("5: up reports the previous attempt's phases and first step", "up-reports",
+     dict(max_retries=0), [step("up"), step("attempt_does", kind="fail"),
+                           step("up_refresh")],
+     lambda m: len(attempts(m)) >= 2),
+    ("6: a given-up run keeps the GPUs", "release", dict(max_retries=0, release=True),
+     [step("up"), step("attempt_does", kind="fail"), WAIT_600],
+     lambda m: m.world.kuberay.suspend is True),
+    ("7: keepCheckpoints 1 prunes the step the tracker names", "tracker", dict(keep=1),
+     [step("up"), WAIT_600],
+     lambda m: any("keep" in r.lower() for r in m.refusals) or any(
+         b.tracker for b in m.engine.buckets.values())),
+    ("8: a delete removes the other actor's fast-failing next attempt", "budget",
+     dict(max_retries=2, linger=3.0),
+     [step("up"), step("next_attempts", kind="crash"), step("attempt_does", kind="fail"),
+      step("wait", seconds=60.0), step("wait", seconds=60.0), step("wait", seconds=2.0),
+      step("wait", seconds=2.0), step("wait", seconds=0.5), step("up_refresh"), WAIT_600],
+     lambda m: len(attempts(m)) >= 3),
+]
+# The findings the protocol's fixes (branch `protocol`, merged) close. A finding not listed
+# breaks its invariant here (xfail), and the fixed-seed exploration meets one of them; on the
+# code before the fixes (7f47822) every one does (set FIXED to set() to see it).
+FIXED: set[str] = {"1", "2", "3", "4", "5", "6", "7", "8"}
+ALL_FIXED = FIXED >= {case[0].split(":")[0] for case in FINDINGS}
+
+
+@pytest.mark.parametrize(
+    ("finding", "invariant", "setup", "steps", "happened"),
+    [pytest.param(*case, id=case[0].split(":")[0], marks=[] if case[0][0] in FIXED else
+                  pytest.mark.xfail(strict=True, raises=violation_type(case[1]),
+                                    reason=f"review finding {case[0]}"))
+     for case in FINDINGS])
+def test_a_finding_of_the_review_no_longer_breaks_its_invariant(finding, invariant, setup,
+                                                                steps, happened):
+    """Invariant: the sequence that exposed the finding keeps every invariant, and still
+    reaches the situation it is about (a release before the destroy, a tick of the old spec
+    during the new run's up, a lost attempt, a killed tick, ...)."""
+    replay(setup, *steps, prefer=invariant, happened=happened)
+
+
+# Found by `make explore` after the merge (seeds 81 and 101): attempts that the head lost
+# are not counted. A tick that finds no attempt of its run (the head restarted before the
+# supervisor's first tick) submits attempt 0 again; an `up` after a head restart starts the
+# run's attempts from 0 again. Either way the run gets more attempts than maxRetries allows
+# (+1 per explicit up after a failure). Open: for the protocol's owner.
+OPEN = [
+    ("a head loss before the first tick re-runs attempt 0 beyond maxRetries 0", "budget",
+     dict(max_retries=0), [step("up"), step("head_restart"), step("wait", seconds=130.0)],
+     lambda m: len(attempts(m)) >= 2),
+    ("an up after a head loss restarts the attempts from 0 (budget reset)", "budget",
+     dict(max_retries=1),
+     [step("up"), step("next_attempts", kind="crash"), step("replace", check_too=False),
+      step("head_restart"), step("up")],
+     lambda m: len(attempts(m)) >= 4),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "invariant", "setup", "steps", "happened"),
+    [pytest.param(*case, id=f"open-{i}", marks=pytest.mark.xfail(
+        strict=True, raises=violation_type(case[1]), reason=f"open: {case[0]}"))
+     for i, case in enumerate(OPEN, start=1)])
+def test_an_attempt_lost_with_the_head_counts_against_the_budget(case, invariant, setup, steps,
+                                                                  happened):
+    """Invariant: attempts stay within maxRetries (+1 per explicit up after a failure), also
+    when the head lost the records of earlier ones."""
+    replay(setup, *steps, prefer=invariant, happened=happened)
+
+
+def test_the_world_is_deterministic():
+    """Invariant: one sequence gives one history (same submissions, times, statuses, prints),
+    so a failing sequence replays exactly."""
+    def history() -> list:
+        machine = LifecycleMachine()
+        try:
+            machine.setup(**SETUP)
+            for name, kwargs in [step("up"), step("attempt_does", kind="fail"), WAIT_600,
+                                 step("head_restart"), step("wait", seconds=130.0)]:
+                getattr(machine, name)(**kwargs)
+            world = machine.world
+            return [(j.sid, j.serial, j.start_ms, j.end_ms, j.status)
+                    for j in world.ray.submissions] + machine.engine.said + [world.clock.now]
+        finally:
+            machine.teardown()
+    first = history()
+    assert len(first) > 5 and first == history()
+
+
+@pytest.mark.xfail(not ALL_FIXED, strict=True, raises=Violation,
+                   reason="review findings 1-8: the fixed-seed exploration meets at least one")
+def test_a_fixed_seed_exploration_keeps_every_invariant():
+    """Invariant: every invariant of tests/sim/invariants.py holds after every step of 20
+    derandomized sequences of up to 20 steps over every rule (`make explore` runs more)."""
+    run_state_machine_as_test(LifecycleMachine, settings=settings(
+        max_examples=20, stateful_step_count=20, derandomize=True, deadline=None,
+        database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
