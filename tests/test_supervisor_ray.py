@@ -103,7 +103,8 @@ def ticker(ray_head, said: list[str]):
         while True:
             start = len(said)
             record = once(spec, cluster)
-            held = [line for line in said[start:] if line.startswith("not releasing the GPUs yet: ")]
+            held = [line.split("not releasing the GPUs yet: ", 1)[1] for line in said[start:]
+                    if "not releasing the GPUs yet: " in line]
             others = held and not any(spec["submission_id"] in line for line in held)
             if not others or time.monotonic() > deadline:
                 return record
@@ -191,7 +192,7 @@ def test_the_retry_budget_is_shared_and_a_spent_one_leaves_the_run_failed(ray_he
     wait_status(ray_head, f"{sid}-a1", {"FAILED"})
     record = tick(spec, cluster)
     assert record["attempt"] == 1 and "retry budget of 1 spent" in record["state"]
-    assert record["released"] and cluster.suspended()
+    assert record.get("released") and cluster.suspended(), said[-6:]
     assert record_of(ray_head, f"{sid}-a2") is None
 
 
@@ -282,7 +283,17 @@ def test_provider_and_supervisor_acting_at_once_run_one_attempt_at_a_time(
                 errors.append(error)
             time.sleep(0.05)
 
-    thread = threading.Thread(target=supervise)
+    def supervise_once_submitted() -> None:
+        # The CronJob gets a run's spec only once its create submitted attempt 0 (the
+        # supervisor depends on the job); from then on it ticks while `up` still follows.
+        deadline = time.monotonic() + 60
+        while not protocol.attempts(list_jobs(ray_head.dashboard_url), sid):
+            if done.is_set() or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        supervise()
+
+    thread = threading.Thread(target=supervise_once_submitted)
     provider = GrpoJobProvider(POLICY, say=said.append)
     thread.start()
     try:

@@ -359,15 +359,15 @@ def test_an_explicit_up_after_a_release_is_followed_and_released_again(world):
     assert record["state"].endswith("export SUCCEEDED, GPUs released")
 
 
-def test_a_head_restart_before_the_first_tick_resubmits_attempt_0(world):
+def test_a_head_restart_before_the_first_tick_submits_the_next_attempt(world):
     """The CronJob gets a run's spec only after its create submitted attempt 0: a first tick
-    that finds no attempt at all (the head restarted in between) submits attempt 0 again,
-    rather than waiting for ever (review finding 3)."""
+    that finds no attempt at all (the head restarted in between) submits attempt 1, rather than
+    waiting for ever (review finding 3); the lost attempt 0 counts against the budget."""
     ray, cluster = world
     record = tick(ray, cluster, spec())
-    assert list(ray.records) == [attempt_id(RUN, 0)] and record["attempt"] == 0
+    assert list(ray.records) == [attempt_id(RUN, 1)] and record["attempt"] == 1
     assert tick(ray, cluster, spec())["status"] == "PENDING"
-    assert ray.submissions == [attempt_id(RUN, 0)]
+    assert ray.submissions == [attempt_id(RUN, 1)]
 
 
 def test_a_run_deleted_and_created_again_is_followed_again(world):

@@ -44,7 +44,9 @@ from components import unknowns
 from components.ray import export, protocol
 from components.ray.following import Progress, iso, log_tail, poll, short, tail_metrics
 from components.ray.kube import gate, open_cluster
-from components.ray.protocol import RESUBMITTABLE, TERMINAL, Submission, last_metrics
+from components.ray.protocol import (
+    RECORD_KEY, RESUBMITTABLE, SUBMITTED_KEY, TERMINAL, Submission, last_metrics,
+)
 from components.ray.ray_access import (
     RayAccessError,
     RayClusterGone,
@@ -120,7 +122,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         with open_dashboard(props["access"], self.policy) as dashboard:
             jobs = RayJobs(dashboard, props["submission_id"], self.policy)
             progress = self._progress(jobs)
-            number = _submit_or_adopt(jobs, props, progress, record)
+            number = _submit_or_adopt(jobs, props, progress, record, self._noter(props))
             outs = self._follow(jobs, props, progress, number)
         return dynamic.CreateResult(props["submission_id"], outs)
 
@@ -157,7 +159,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
             if olds.get("status") in RESUBMITTABLE:
                 # What the preview announced: the refreshed state said FAILED or STOPPED. Ray is
                 # asked again, so a job someone resubmitted meanwhile is adopted, not doubled.
-                number = _submit_or_adopt(jobs, news, progress, record)
+                number = _submit_or_adopt(jobs, news, progress, record, self._noter(news))
             elif released is not None:
                 # Released after the run SUCCEEDED, its export not done: the cluster was resumed
                 # above (a new head, an empty job table); export, and the supervisor releases
@@ -298,8 +300,8 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 return {}
             deadline = time.monotonic() + float(props["timeout_s"])
             said = False
-            while ((record := cluster.record() or {}).get("intent") or {}).get(
-                    "action") == "release":
+            while ((record := (state := cluster.state()).get(RECORD_KEY) or {}).get(
+                    "intent") or {}).get("action") == "release":
                 if time.monotonic() > deadline:
                     raise RayAccessError(
                         "the supervisor has been releasing the GPUs of "
@@ -313,8 +315,19 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                         f"{record.get('submission_id')}, then bringing them back")
                     said = True
                 time.sleep(self.policy.poll_max_s)
-        ours = record.get("submission_id") == props.get("submission_id")
-        return record if ours else {}
+        run = props.get("submission_id")
+        ours = dict(record) if record.get("submission_id") == run else {}
+        lost = protocol.lost_attempt(run, ours.get("attempt"), state.get(SUBMITTED_KEY))
+        return ours if lost is None else {**ours, "attempt": lost}
+
+    def _noter(self, props: dict[str, Any]) -> Callable[[int], None]:
+        """Records each attempt number before the provider submits it (protocol.SUBMITTED_KEY),
+        so that one the head loses still counts against the budget."""
+        def note(number: int) -> None:
+            with open_cluster(props.get("access") or {}, self.policy) as cluster:
+                if cluster is not None:
+                    cluster.write_submitted(props["submission_id"], number)
+        return note
 
     def _gate(self, props: dict[str, Any], resume: bool) -> bool:
         """kube.gate: True when the cluster is suspended (and left so)."""
@@ -377,7 +390,8 @@ def _newest(jobs: RayJobs, record: dict[str, Any]) -> int:
 
 
 def _submit_or_adopt(
-    jobs: RayJobs, props: dict[str, Any], progress: Progress, record: dict[str, Any]
+    jobs: RayJobs, props: dict[str, Any], progress: Progress, record: dict[str, Any],
+    note: Callable[[int], None] = lambda _: None,
 ) -> int:
     """Submit the run, or adopt the attempt an earlier, interrupted `pulumi up` (or the
     supervisor) submitted; returns the attempt now current.
@@ -395,6 +409,7 @@ def _submit_or_adopt(
         known = record.get("attempt")
         number = 0 if known is None else known + 1
         why = None if known is None else "attempt lost with the Ray head"
+        note(number)
         if protocol.submit_attempt(jobs.for_id, run, number, job, why,
                                    record.get("first_start")):
             progress.say(f"submitted attempt {number}" if number else "submitted")
@@ -409,6 +424,7 @@ def _submit_or_adopt(
             f"`ray job stop {info['submission_id']}` and run `pulumi up` again"
         )
     if info["status"] in RESUBMITTABLE:
+        note(number + 1)
         return _resubmit(jobs, props, number, info, progress)
     progress.say(f"adopted attempt {number}, {info['status']}")
     return number

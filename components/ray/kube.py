@@ -23,7 +23,7 @@ import tempfile
 import time
 from typing import Any, Callable, Iterator
 
-from components.ray.protocol import MARK_KEY, RECORD_KEY
+from components.ray.protocol import MARK_KEY, RECORD_KEY, SUBMITTED_KEY
 from components.ray.ray_access import KUBECTL, RayAccessError, RequestPolicy
 
 _RESUME = json.dumps({"spec": {"suspend": False}})
@@ -46,6 +46,20 @@ class ClusterState:
         """The provider's mark (protocol.MARK_KEY), None if never written."""
         return self._data().get(MARK_KEY)
 
+    def state(self) -> dict[str, Any]:
+        """Every key of the supervisor's state, decoded, from one read."""
+        return self._data()
+
+    def write_submitted(self, run: str, attempt: int) -> bool:
+        """Record, before the POST, that the provider submits `attempt` of `run`
+        (protocol.SUBMITTED_KEY): its own key, by a merge patch, as write_mark."""
+        if not self._state:
+            return False
+        patch = json.dumps({"data": {SUBMITTED_KEY: json.dumps({"run": run, "attempt": attempt})}})
+        done = self._kubectl("patch", "configmap", self._state, "--type", "merge", "-p", patch,
+                             missing_ok=True)
+        return done is not None
+
     def write_mark(self, mark: dict[str, Any]) -> bool:
         """Write the provider's mark into the supervisor's state, its own key only (a JSON merge
         patch leaves the supervisor's record as it is). False without the state ConfigMap (a
@@ -62,7 +76,8 @@ class ClusterState:
             return {}
         found = self._kubectl("get", "configmap", self._state, "-o", "json", missing_ok=True)
         data = (json.loads(found).get("data") or {}) if found else {}
-        return {key: json.loads(data[key]) for key in (RECORD_KEY, MARK_KEY) if data.get(key)}
+        return {key: json.loads(data[key])
+                for key in (RECORD_KEY, MARK_KEY, SUBMITTED_KEY) if data.get(key)}
 
     def suspended(self) -> bool:
         found = self._kubectl("get", "raycluster", self.ray_cluster, "-o",

@@ -244,8 +244,21 @@ def _finite(text: str) -> float | None:
 # - MARK_KEY, the provider's: {"run": the run id the stack wants, "at": epoch seconds of the
 #   provider's last action on it, "ended": why the provider ended it, or null}. Written before
 #   the provider submits (create, resubmit, export) and before it stops a run it deletes.
+# - SUBMITTED_KEY, the provider's: {"run", "attempt"}, the newest attempt it submitted, written
+#   before the POST. Ray's job table lives in the head and goes with it; this key does not, so
+#   an attempt that the head lost still counts against the budget (lost_attempt).
 RECORD_KEY = "record"
 MARK_KEY = "provider"
+SUBMITTED_KEY = "provider-submitted"
+
+
+def lost_attempt(run_id: str, known: int | None, submitted: dict[str, Any] | None) -> int | None:
+    """The newest attempt of `run_id` that anyone submitted, when Ray's job table has none of
+    them (the head lost it): the supervisor's record (`known`), or the provider's SUBMITTED_KEY
+    for this run, whichever is newer; None when neither knows one."""
+    theirs = (submitted or {}).get("attempt") if (submitted or {}).get("run") == run_id else None
+    found = [n for n in (known, theirs) if n is not None]
+    return max(found) if found else None
 
 
 def not_ours(run_id: str, mark: dict[str, Any] | None) -> str | None:

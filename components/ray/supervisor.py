@@ -83,6 +83,7 @@ class _Tick:
         if record.get("submission_id") != self.run_id:
             record = {"submission_id": self.run_id}  # a new run: the last one's record is moot
         self.record, self.mark = record, state.get(protocol.MARK_KEY) or {}
+        self.submitted = state.get(protocol.SUBMITTED_KEY)
         intent = record.get("intent") or {}
         if intent.get("action") == "release" and not protocol.not_ours(self.run_id, self.mark):
             self._release(intent["reason"])  # a dead tick's release: no Ray needed (no head)
@@ -164,24 +165,30 @@ class _Tick:
         """Ray has no record of the attempt the record knows: the head restarted and its job
         table is gone (the driver, on the head, died with it). Never read as "ended"."""
         record = self.record
+        # The newest attempt anyone submitted: the record's, or the provider's note of one it
+        # submitted since (protocol.SUBMITTED_KEY); a lost attempt counts against the budget.
+        lost = protocol.lost_attempt(self.run_id, known, self.submitted)
         if known is None:
             # This spec reaches the CronJob only once the run's create returned (the supervisor
-            # depends on the job), i.e. after attempt 0 was submitted: Ray lost it with its head
-            # before the first tick. (A run the provider ended or replaced never gets here.)
-            self.say("attempt 0 is gone from Ray with its head's job table")
+            # depends on the job), i.e. after attempt 0 at least was submitted: Ray lost it with
+            # its head before the first tick. (A run the provider ended or replaced never gets
+            # here.) The provider's note (protocol.SUBMITTED_KEY) names a later one if it
+            # submitted one; either way the lost attempt counts, and the next one follows it.
+            lost = 0 if lost is None else lost
+            self.say(f"attempt {lost} is gone from Ray with its head's job table")
             record.update(status="LOST")
-            self._next(-1, "lost with the Ray head before its first step")
+            self._next(lost, "lost with the Ray head before its first step")
             return
         if record.get("status") == "SUCCEEDED":
             self._finish()
             return
         if record.get("ended"):
             return
-        step = record.get("step") if record.get("step_attempt") == known else None
+        step = record.get("step") if record.get("step_attempt") == lost else None
         why = protocol.failure({"status": "lost with the Ray head"}, step)
-        self.say(f"attempt {known} is gone from Ray with its head's job table ({why})")
+        self.say(f"attempt {lost} is gone from Ray with its head's job table ({why})")
         record.update(status="LOST")
-        self._next(known, why)
+        self._next(lost, why)
 
     def _follow(self, jobs: Any, info: dict[str, Any]) -> None:
         """A live attempt: track its steps; stop it at the deadline or when it stalls."""

@@ -150,7 +150,7 @@ class InCluster:
 def parse_state(data: dict[str, str]) -> dict[str, Any]:
     """The state ConfigMap's data keys, decoded."""
     return {key: json.loads(data[key]) if data.get(key) else None
-            for key in (protocol.RECORD_KEY, protocol.MARK_KEY)}
+            for key in (protocol.RECORD_KEY, protocol.MARK_KEY, protocol.SUBMITTED_KEY)}
 
 
 def check_suspended(stored: dict[str, Any]) -> None:
