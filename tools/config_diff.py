@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from tools import cli
-from tools.plan_diff import ROOT, pr_comment, stack_report
+from tools.plan_diff import ROOT, emit, stack_report
 from tools.render_plans import RenderRequest, render_all, split_stack
 
 
@@ -69,11 +69,6 @@ def main(args: argparse.Namespace) -> int:
         report, failed = diff_configs(
             stack, base.resolve(), args.head_config.resolve() if args.head_config else None,
             Path(scratch), (shown, str(args.head_config or head.name)))
-    print(report)
-    if args.output:
-        args.output.write_text(report + "\n")
-    if args.comment:
-        args.comment.write_text(pr_comment(report))
-    return 1 if failed else 0
+    return emit(report, failed, args)
 
 

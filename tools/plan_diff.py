@@ -465,6 +465,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="plan-diff-") as scratch:
         base_tree = materialize(args.base, Path(scratch) / "base-tree")
         report, failed = diff_trees(base_tree, ROOT, args.stack or stacks, Path(scratch))
+    return emit(report, failed, args)
+
+
+def emit(report: str, failed: bool, args: argparse.Namespace) -> int:
+    """Print the report, write it to --output and the pull request's comment to --comment;
+    the exit status: 1 when a plan failed to render."""
     print(report)
     if args.output:
         args.output.write_text(report + "\n")

@@ -259,20 +259,9 @@ def _alerts(
             "GPUs idle while the job runs",
             f"Average GPU utilisation below {IDLE_GPU_PERCENT}% for {IDLE_GPU_MINUTES} minutes "
             "while verl's TaskRunner actor is alive: the run is likely stuck.",
-            mon.AlertPolicyConditionArgs(
-                display_name=f"GPU utilisation < {IDLE_GPU_PERCENT}% with the job alive",
-                condition_prometheus_query_language=(
-                    mon.AlertPolicyConditionConditionPrometheusQueryLanguageArgs(
-                        query=gpus_idle_query(scope),
-                        duration=f"{IDLE_GPU_MINUTES * 60}s",
-                        evaluation_interval="60s",
-                        # Cloud Monitoring refuses a PromQL condition on metrics that do not
-                        # exist yet unless told not to check (pulumi-gcp 10.2 docstring of
-                        # disable_metric_validation); on a first `pulumi up` no GPU node or
-                        # Ray pod has reported DCGM or Ray metrics when the alert is created.
-                        disable_metric_validation=True,
-                    )
-                ),
+            _promql_for(
+                f"GPU utilisation < {IDLE_GPU_PERCENT}% with the job alive",
+                gpus_idle_query(scope), IDLE_GPU_MINUTES,
             ),
         ),
         "gpus-unused": (
@@ -285,16 +274,9 @@ def _alerts(
             "GPUs with `kubectl patch raycluster <name> --type merge -p "
             "'{\"spec\":{\"suspend\":true}}'` (the stack output rayCluster names it), or "
             "`pulumi destroy` the stack.",
-            mon.AlertPolicyConditionArgs(
-                display_name=f"GPU workers up, no TaskRunner for {UNUSED_GPU_MINUTES} min",
-                condition_prometheus_query_language=(
-                    mon.AlertPolicyConditionConditionPrometheusQueryLanguageArgs(
-                        query=gpus_unused_query(scope),
-                        duration=f"{UNUSED_GPU_MINUTES * 60}s",
-                        evaluation_interval="60s",
-                        disable_metric_validation=True,  # as gpus-idle: no series yet at create
-                    )
-                ),
+            _promql_for(
+                f"GPU workers up, no TaskRunner for {UNUSED_GPU_MINUTES} min",
+                gpus_unused_query(scope), UNUSED_GPU_MINUTES,
             ),
         ),
     }
@@ -315,6 +297,26 @@ def _alerts(
         )
         for key, (title, text, condition) in conditions.items()
     }
+
+
+def _promql_for(
+    display_name: str, query: str, minutes: int
+) -> gcp.monitoring.AlertPolicyConditionArgs:
+    """A PromQL condition that holds for `minutes`, evaluated every minute."""
+    promql = gcp.monitoring.AlertPolicyConditionConditionPrometheusQueryLanguageArgs
+    return gcp.monitoring.AlertPolicyConditionArgs(
+        display_name=display_name,
+        condition_prometheus_query_language=promql(
+            query=query,
+            duration=f"{minutes * 60}s",
+            evaluation_interval="60s",
+            # Cloud Monitoring refuses a PromQL condition on metrics that do not exist yet unless
+            # told not to check (pulumi-gcp 10.2 docstring of disable_metric_validation); on a
+            # first `pulumi up` no GPU node or Ray pod has reported DCGM or Ray metrics when the
+            # alert is created.
+            disable_metric_validation=True,
+        ),
+    )
 
 
 def gpus_idle_query(scope: Scope) -> str:

@@ -221,11 +221,10 @@ class ClusterCheckProvider(dynamic.ResourceProvider):
             measured = _result(jobs, info)
         problems = judge(measured, props["expected"])
         if problems:
-            raise RayAccessError(
+            raise _refusal(
                 f"the cluster check ({jobs.submission_id}) failed before any GPU hour was "
-                "spent on training:\n- " + "\n- ".join(problems) + "\nFix the cause and run "
-                "`pulumi up` again (the check runs again), or set "
-                "verl-gke:job.skipClusterCheck to true to train anyway"
+                "spent on training", problems,
+                "Fix the cause and run `pulumi up` again (the check runs again)",
             )
         progress.say("cluster check passed: " + summary(measured, props["expected"]))
         return dynamic.CreateResult(props["submission_id"], {**props, **outputs(measured)})
@@ -247,13 +246,12 @@ class ClusterCheckProvider(dynamic.ResourceProvider):
     def update(self, _id: str, _olds: dict, news: dict[str, Any]) -> dynamic.UpdateResult:
         problems = _floor_problems(_olds, news["expected"])
         if problems:
-            raise RayAccessError(
+            raise _refusal(
                 f"the cluster check ({_id}) measured, when it last ran, less than the new floors "
-                "of this program:\n- " + "\n- ".join(problems) + "\nRun the check again on "
-                "the cluster as it is now (`pulumi up --replace <the ClusterCheckRun's URN>`, "
-                "`pulumi stack --show-urns` lists it; it stops the training job first, which "
-                "then resumes from its checkpoints), or set verl-gke:job.skipClusterCheck to "
-                "true to train anyway"
+                "of this program", problems,
+                "Run the check again on the cluster as it is now (`pulumi up --replace <the "
+                "ClusterCheckRun's URN>`, `pulumi stack --show-urns` lists it; it stops the "
+                "training job first, which then resumes from its checkpoints)",
             )
         return dynamic.UpdateResult({**_olds, **{k: news[k] for k in news if k not in _OUTPUT_KEYS}})
 
@@ -334,6 +332,13 @@ def summary(measured: dict[str, Any], want: dict[str, Any]) -> str:
         f"{len(measured['inventory'])} nodes, {gpus} GPUs; all-reduce bus bandwidth "
         f"{busbw:.1f} GB/s over {measured['allReduce']['world_size']} ranks{against}; read "
         f"{measured['read']['mbps']:.0f} MB/s from {measured['read']['path']}"
+    )
+
+
+def _refusal(what: str, problems: list[str], fix: str) -> RayAccessError:
+    return RayAccessError(
+        f"{what}:\n- " + "\n- ".join(problems) + f"\n{fix}, or set "
+        "verl-gke:job.skipClusterCheck to true to train anyway"
     )
 
 
