@@ -30,7 +30,10 @@ from typing import Iterator
 
 from tests.ray_site.sitecustomize import DASHBOARD_MODULES_VARIABLE
 
-RAY = str(Path(sys.executable).with_name("ray"))
+# Another Ray's `ray` (VERL_GKE_TEST_RAY: `make conformance-ray249` runs A4X's 2.49 this way);
+# by default this interpreter's, the release requirements-dev.txt pins.
+OTHER_RAY = os.environ.get("VERL_GKE_TEST_RAY")
+RAY = OTHER_RAY or str(Path(sys.executable).with_name("ray"))
 START_TIMEOUT_S = 90.0
 # Set in the environment of every process of a test head:
 # - RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: a single-node head whose every process takes 127.0.0.1
@@ -132,8 +135,9 @@ def start(temp_dir: Path, num_cpus: int = 2) -> LocalRay:
     with open(ray_dir / "ray-start.log", "wb") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            # tests/ray_site holds to this interpreter's Ray; another Ray runs as it ships.
             env={**os.environ, **HEAD_ENV, "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(RAY_SITE), os.environ.get("PYTHONPATH")]))},
+                filter(None, [None if OTHER_RAY else str(RAY_SITE), os.environ.get("PYTHONPATH")]))},
         )
     head = LocalRay(
         dashboard_url=f"http://127.0.0.1:{ports['dashboard-port']}",
