@@ -14,7 +14,7 @@ STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model outputs curve logs cost test explore conformance-ray249 bench clean
+.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model outputs curve logs cost test explore conformance-a4x bench clean
 
 venv: $(VENV)/.tools-installed
 dev: $(VENV)/.dev-installed
@@ -125,7 +125,7 @@ $(RAY_A4X_VENV)/.installed: components/facts/hardware.py | $(PY)
 	$(PYTHON) -m venv $(RAY_A4X_VENV)
 	$(RAY_A4X_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "ray[default]==$$($(PY) -c 'from components.facts.hardware import PROFILES, Target; print(PROFILES[Target.A4X].ray_version)')"
 	touch $@
-conformance-ray249: dev $(RAY_A4X_VENV)/.installed
+conformance-a4x: dev $(RAY_A4X_VENV)/.installed
 	VERL_GKE_TEST_RAY=$(RAY_A4X_VENV)/bin/ray $(PY) -m pytest -q -p no:xdist tests/test_sim_conformance.py
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.

@@ -101,7 +101,7 @@ def test_the_simulated_ray_answers_the_script_as_the_real_ray_does(ray_head):
         world.close()
     assert got == expected
     # The head is one of the releases the stacks run (requirements-dev.txt's for a4/a3u; A4X's
-    # under `make conformance-ray249`), whose Jobs API answers its version (job_head.py:419).
+    # under `make conformance-a4x`), whose Jobs API answers its version (job_head.py:419).
     version = session.get(ray_head.dashboard_url + "/api/version", timeout=10).json()["ray_version"]
     assert version in {p.ray_version for p in PROFILES.values()}, version
     # What the comparison stands on (so that two equally wrong answers cannot pass):
