@@ -40,38 +40,34 @@ class ClusterState:
 
     def record(self) -> dict[str, Any] | None:
         """The supervisor's record, None before its first tick (or without its ConfigMap)."""
-        return self._data().get(RECORD_KEY)
+        return self.state().get(RECORD_KEY)
 
     def mark(self) -> dict[str, Any] | None:
         """The provider's mark (protocol.MARK_KEY), None if never written."""
-        return self._data().get(MARK_KEY)
-
-    def state(self) -> dict[str, Any]:
-        """Every key of the supervisor's state, decoded, from one read."""
-        return self._data()
+        return self.state().get(MARK_KEY)
 
     def write_submitted(self, run: str, attempt: int) -> bool:
         """Record, before the POST, that the provider submits `attempt` of `run`
-        (protocol.SUBMITTED_KEY): its own key, by a merge patch, as write_mark."""
-        if not self._state:
-            return False
-        patch = json.dumps({"data": {SUBMITTED_KEY: json.dumps({"run": run, "attempt": attempt})}})
-        done = self._kubectl("patch", "configmap", self._state, "--type", "merge", "-p", patch,
-                             missing_ok=True)
-        return done is not None
+        (protocol.SUBMITTED_KEY), as write_mark writes the mark."""
+        return self._write(SUBMITTED_KEY, {"run": run, "attempt": attempt})
 
     def write_mark(self, mark: dict[str, Any]) -> bool:
-        """Write the provider's mark into the supervisor's state, its own key only (a JSON merge
-        patch leaves the supervisor's record as it is). False without the state ConfigMap (a
+        """Write the provider's mark into the supervisor's state (protocol.MARK_KEY)."""
+        return self._write(MARK_KEY, mark)
+
+    def _write(self, key: str, value: dict[str, Any]) -> bool:
+        """One key of the supervisor's state, the provider's own: a JSON merge patch leaves the
+        other keys (the supervisor's record) as they are. False without the state ConfigMap (a
         destroy deletes the supervisor, its state included, before the job)."""
         if not self._state:
             return False
-        patch = json.dumps({"data": {MARK_KEY: json.dumps(mark)}})
+        patch = json.dumps({"data": {key: json.dumps(value)}})
         done = self._kubectl("patch", "configmap", self._state, "--type", "merge", "-p", patch,
                              missing_ok=True)
         return done is not None
 
-    def _data(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any]:
+        """Every key of the supervisor's state, decoded, from one read."""
         if not self._state:
             return {}
         found = self._kubectl("get", "configmap", self._state, "-o", "json", missing_ok=True)
