@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from components.ray.protocol import MARK_KEY, RECORD_KEY, SUBMITTED_KEY
+from components.ray.supervisor_io import parse_state
 from components.ray.ray_access import KUBECTL, RayAccessError, RequestPolicy
 
 _RESUME = json.dumps({"spec": {"suspend": False}})
@@ -67,13 +68,12 @@ class ClusterState:
         return done is not None
 
     def state(self) -> dict[str, Any]:
-        """Every key of the supervisor's state, decoded, from one read."""
+        """Every key of the supervisor's state, decoded from one read as the supervisor decodes
+        it (None for a key not written yet)."""
         if not self._state:
             return {}
         found = self._kubectl("get", "configmap", self._state, "-o", "json", missing_ok=True)
-        data = (json.loads(found).get("data") or {}) if found else {}
-        return {key: json.loads(data[key])
-                for key in (RECORD_KEY, MARK_KEY, SUBMITTED_KEY) if data.get(key)}
+        return parse_state((json.loads(found).get("data") or {}) if found else {})
 
     def suspended(self) -> bool:
         found = self._kubectl("get", "raycluster", self.ray_cluster, "-o",
