@@ -438,6 +438,8 @@ pulumi.export(
         "modelUri": job.model_uri,
         "exportStatus": job.export_status,
         "attempts": job.attempts,
+        "failures": job.failures,
+        "preemptions": job.preemptions,
         "lastFailure": job.last_failure,
         "state": job.state,
         "firstStepSeconds": job.first_step_s,

@@ -34,6 +34,8 @@ TRAINER = f"{sys.executable} {FAKES / 'verl_trainer.py'}"
 POLICY = RequestPolicy(
     timeout_s=5, attempts=2, backoff_s=0.1, forward_timeout_s=10,
     poll_min_s=0.1, poll_max_s=0.5, stop_timeout_s=30,
+    # No node of the test head is ever lost: no wait for one's death to be recorded.
+    settle_s=0.5,
 )
 
 

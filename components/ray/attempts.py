@@ -27,9 +27,21 @@ def newest(jobs: RayJobs, record: dict[str, Any]) -> int:
     return max(found, default=record.get("attempt") or 0)
 
 
+Note = Callable[[int, int], None]  # the attempt about to be submitted, the preemptions before it
+
+
+def ending(jobs: RayJobs, info: dict[str, Any], settle: bool = True) -> protocol.Ending:
+    """How the attempt `info` (FAILED or STOPPED; `jobs` is its own) ended: a preemption or a
+    failure (protocol.classify), at the last step its log shows. Without `settle`, a report:
+    no wait for a node's death to be recorded."""
+    step = (tail_metrics(jobs, None, jobs.policy, info) or {}).get("step")
+    return protocol.classify(jobs, info, protocol.failure(info, step), step,
+                             jobs.policy.settle_s if settle else 0.0)
+
+
 def submit_or_adopt(
     jobs: RayJobs, props: dict[str, Any], progress: Progress, record: dict[str, Any],
-    note: Callable[[int], None] = lambda _: None,
+    note: Note = lambda *_: None,
 ) -> int:
     """Submit the run, or adopt the attempt an earlier, interrupted `pulumi up` (or the
     supervisor) submitted; returns the attempt now current.
@@ -44,12 +56,13 @@ def submit_or_adopt(
     run, job = jobs.submission_id, submission(props)
     found = protocol.attempts(jobs.list_jobs(), run)
     if not found:
-        known = record.get("attempt")
+        # A lost attempt is a failure (supervisor.py _missing): the preemptions before it stay.
+        known, preempted = record.get("attempt"), record.get("preempted") or 0
         number = 0 if known is None else known + 1
         why = None if known is None else "attempt lost with the Ray head"
-        note(number)
+        note(number, preempted)
         if protocol.submit_attempt(jobs.for_id, run, number, job, why,
-                                   record.get("first_start")):
+                                   record.get("first_start"), preempted):
             progress.say(f"submitted attempt {number}" if number else "submitted")
         else:
             progress.say(f"adopted attempt {number}")
@@ -62,22 +75,24 @@ def submit_or_adopt(
             f"`ray job stop {info['submission_id']}` and run `pulumi up` again"
         )
     if info["status"] in RESUBMITTABLE:
-        note(number + 1)
-        return resubmit(jobs, props, number, info, progress)
+        return resubmit(jobs, props, number, info, progress, note)
     progress.say(f"adopted attempt {number}, {info['status']}")
     return number
 
 
 def resubmit(
-    jobs: RayJobs, props: dict[str, Any], number: int, info: dict, progress: Progress
+    jobs: RayJobs, props: dict[str, Any], number: int, info: dict, progress: Progress,
+    note: Note, ended: protocol.Ending | None = None,
 ) -> int:
-    attempt = jobs.for_id(info["submission_id"])
-    metrics = tail_metrics(attempt, None, jobs.policy, info)
-    why = protocol.failure(info, (metrics or {}).get("step"))
-    progress.say(f"{why}; resubmitting as the next attempt, resuming from "
+    """The attempt after `number` (FAILED or STOPPED, `ended` so if already classified),
+    submitted or adopted; returns the attempt now current."""
+    ended = ended or ending(jobs.for_id(info["submission_id"]), info)
+    preempted = protocol.preemptions(info) + ended.preempted
+    progress.say(f"{ended.reason}; resubmitting as the next attempt, resuming from "
                  f"{props.get('checkpoint_uri') or 'its checkpoints'}")
-    return protocol.advance(jobs.for_id, jobs.submission_id, number, submission(props), why,
-                            protocol.first_start(info), progress.say)
+    note(number + 1, preempted)
+    return protocol.advance(jobs.for_id, jobs.submission_id, number, submission(props),
+                            ended.reason, protocol.first_start(info), progress.say, preempted)
 
 
 def stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) -> None:

@@ -99,7 +99,9 @@ class GrpoJob(pulumi.ComponentResource):
     entrypoint: pulumi.Output[str]
     metrics: pulumi.Output[dict[str, float]]
     attempts: pulumi.Output[int | None]  # attempts used, the first one included
-    last_failure: pulumi.Output[str | None]  # how the attempt before the current one ended
+    failures: pulumi.Output[int | None]  # ended attempts that failed (against maxRetries)
+    preemptions: pulumi.Output[int | None]  # ended by a lost node (against maxPreemptions)
+    last_failure: pulumi.Output[str | None]  # how the last attempt that ended unsuccessfully did
     state: pulumi.Output[str | None]  # one line: status, step, attempt, export, release
     first_step_s: pulumi.Output[float | None]  # from the attempt's start to verl's first step
     # What the in-cluster supervisor submits, the same as the provider (plain data, no secret).
@@ -128,6 +130,7 @@ class GrpoJob(pulumi.ComponentResource):
             "wait_for": args.run.wait_for.value,
             "timeout_s": args.run.timeout_minutes * 60,
             "max_retries": args.run.max_retries,
+            "max_preemptions": args.run.max_preemptions,
             "access": _access(args),
             "checkpoint_uri": run_uri,
             "run_dir": run_dir,
@@ -166,6 +169,8 @@ class GrpoJob(pulumi.ComponentResource):
         self.entrypoint = job.entrypoint
         self.metrics = job.metrics
         self.attempts = job.attempts
+        self.failures = job.failures
+        self.preemptions = job.preemptions
         self.last_failure = job.last_failure
         self.state = job.state
         self.first_step_s = job.first_step_s
@@ -182,6 +187,8 @@ class GrpoJob(pulumi.ComponentResource):
             "entrypoint": self.entrypoint,
             "metrics": self.metrics,
             "attempts": self.attempts,
+            "failures": self.failures,
+            "preemptions": self.preemptions,
             "lastFailure": self.last_failure,
             "state": self.state,
             "firstStepSeconds": self.first_step_s,
@@ -267,6 +274,8 @@ class _GrpoRun(dynamic.Resource, module="verl-gke", name="GrpoRun"):
     dashboard_path: pulumi.Output[str]
     metrics: pulumi.Output[dict[str, float]]
     attempts: pulumi.Output[int | None]
+    failures: pulumi.Output[int | None]
+    preemptions: pulumi.Output[int | None]
     last_failure: pulumi.Output[str | None]
     state: pulumi.Output[str | None]
     first_step_s: pulumi.Output[float | None]

@@ -58,7 +58,7 @@ from components.schema.lifecycle import WaitFor
 
 # Bump when the provider's behaviour changes: a changed input makes the engine call update,
 # because the provider itself is pickled by reference and its code is not part of the diff.
-PROVIDER_VERSION = "4"
+PROVIDER_VERSION = "5"
 
 # Statuses that satisfy each waitFor by themselves (first-step also needs a step line).
 _REACHED = {
@@ -75,13 +75,14 @@ REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "staged", "checked
 # from its submission, so a metadata change is recorded in the stack only. `job_state` carries
 # a refresh's finding (see _job_state).
 UPDATE_KEYS = (
-    "metadata", "wait_for", "timeout_s", "max_retries", "access", "checkpoint_uri", "run_dir",
+    "metadata", "wait_for", "timeout_s", "max_retries", "max_preemptions", "access",
+    "checkpoint_uri", "run_dir",
     "export_entrypoint", "export_resources", "model_uri", "version", "job_state",
 )
 INPUT_KEYS = (*REPLACE_KEYS, *UPDATE_KEYS)
 OUTPUT_KEYS = (
     "status", "message", "start_time", "end_time", "dashboard_path", "metrics", "export_status",
-    "attempts", "last_failure", "state", "first_step_s",
+    "attempts", "failures", "preemptions", "last_failure", "state", "first_step_s",
 )
 # What check appends to a refresh's finding, so that the preview reads
 # `jobState: "FAILED at step 12" => "FAILED at step 12; resubmitting"`, or
@@ -191,7 +192,11 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 number = max(found)
                 attempt = jobs.for_id(protocol.attempt_id(id_, number))
                 info = found[number]
-                observed = _observed(attempt, info, props)
+                # How it ended, for the outputs and the preview's reason: a report, so no wait
+                # for a node's death to be recorded (update classifies it again, settled).
+                ended = (attempts.ending(attempt, info, settle=False)
+                         if info["status"] in RESUBMITTABLE else None)
+                observed = _observed(attempt, info, props, ended)
                 observed["export_status"] = (
                     export.export_status(jobs, props) if info["status"] == "SUCCEEDED"
                     else props.get("export_status")
@@ -235,7 +240,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
 
     def _follow(self, jobs: RayJobs, props: dict[str, Any], progress: "Progress",
                 number: int) -> dict:
-        attempt, info = _wait(jobs, number, props, self.policy, progress)
+        attempt, info = _wait(jobs, number, props, self.policy, progress, self._noter(props))
         outs = {**props, **_observed(attempt, info, props), "job_state": ""}
         outs["first_step_s"] = progress.first_step_s or (
             props.get("first_step_s") if _same_attempt(attempt, props) else None)
@@ -316,16 +321,17 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 time.sleep(self.policy.poll_max_s)
         run = props.get("submission_id")
         ours = dict(record) if record.get("submission_id") == run else {}
-        lost = protocol.lost_attempt(run, ours.get("attempt"), state.get(SUBMITTED_KEY))
-        return ours if lost is None else {**ours, "attempt": lost}
+        lost = protocol.lost_attempt(run, ours, state.get(SUBMITTED_KEY))
+        return ours if lost is None else {**ours, "attempt": lost[0], "preempted": lost[1]}
 
-    def _noter(self, props: dict[str, Any]) -> Callable[[int], None]:
-        """Records each attempt number before the provider submits it (protocol.SUBMITTED_KEY),
-        so that one the head loses still counts against the budget."""
-        def note(number: int) -> None:
+    def _noter(self, props: dict[str, Any]) -> attempts.Note:
+        """Records each attempt number, and the preemptions before it, before the provider
+        submits it (protocol.SUBMITTED_KEY), so that one the head loses still counts against
+        the budget."""
+        def note(number: int, preempted: int) -> None:
             with open_cluster(props.get("access") or {}, self.policy) as cluster:
                 if cluster is not None:
-                    cluster.write_submitted(props["submission_id"], number)
+                    cluster.write_submitted(props["submission_id"], number, preempted)
         return note
 
     def _gate(self, props: dict[str, Any], resume: bool) -> bool:
@@ -336,11 +342,14 @@ class GrpoJobProvider(dynamic.ResourceProvider):
 
 def _from_record(record: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
     """Outputs from the supervisor's record of a run whose cluster it released."""
+    number, ending = record.get("attempt", 0), record.get("ending") or {}
+    last = ending.get("reason") if ending.get("attempt") == number else None
     return {
         "status": record.get("status") or props.get("status"),
         "export_status": record.get("export_status") or props.get("export_status"),
-        "attempts": record.get("attempt", 0) + 1,
-        "last_failure": record.get("last_failure") or props.get("last_failure"),
+        "attempts": number + 1,
+        **protocol.counts(number, record.get("preempted") or 0, ending),
+        "last_failure": last or record.get("last_failure") or props.get("last_failure"),
         "state": protocol.describe(record),
         "metrics": props.get("metrics"),
     }
@@ -353,7 +362,7 @@ def _job_state(observed: dict[str, Any]) -> str:
     if observed["status"] not in RESUBMITTABLE:
         return ""
     step = (observed.get("metrics") or {}).get("step")
-    return protocol.failure(observed, step)
+    return observed.get("last_failure") or protocol.failure(observed, step)
 
 
 def _input_problems(news: dict[str, Any]) -> list[tuple[str, str]]:
@@ -380,10 +389,11 @@ def _input_problems(news: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _wait(
     jobs: RayJobs, number: int, props: dict[str, Any], policy: RequestPolicy,
-    progress: Progress,
+    progress: Progress, note: attempts.Note,
 ) -> tuple[RayJobs, dict]:
     """Follow attempt `number` until `wait_for`, submitting the next attempt after a FAILED
-    one while the budget lasts; returns the attempt followed last and its record.
+    one while the budget of the way it ended lasts (maxPreemptions for a preemption,
+    maxRetries for a failure); returns the attempt followed last and its record.
 
     A job is reported as having reached its target only if a status read after the target was
     seen still says so: however fast a job fails, it is never reported running. Only the
@@ -392,6 +402,7 @@ def _wait(
     wait_for = WaitFor(props["wait_for"])
     deadline = time.monotonic() + props["timeout_s"]
     budget = int(props.get("max_retries") or 0)
+    preemptions = props.get("max_preemptions")  # None: no limit
     while True:
         attempt = jobs.for_id(protocol.attempt_id(jobs.submission_id, number))
         progress.follow(attempt)
@@ -403,14 +414,24 @@ def _wait(
             if confirmed["status"] not in RESUBMITTABLE:
                 return attempt, confirmed
             info = confirmed
-        if info["status"] == "FAILED" and protocol.may_retry(number, budget):
-            progress.say(f"retry {number + 1} of {budget} (verl-gke:job.maxRetries)")
-            number = attempts.resubmit(jobs, props, number, info, progress)
+        ended = attempts.ending(attempt, info) if info["status"] == "FAILED" else None
+        spent = ended and protocol.budget_left(number, protocol.preemptions(info), ended,
+                                               budget, preemptions)
+        if ended and not spent:
+            used = protocol.counts(number, protocol.preemptions(info), {
+                "attempt": number, "preempted": ended.preempted})
+            if ended.preempted:
+                limit = ("(no limit within the deadline)" if preemptions is None
+                         else f"of {preemptions} (verl-gke:job.maxPreemptions)")
+                progress.say(f"preemption {used['preemptions']} {limit}")
+            else:
+                progress.say(f"retry {used['failures']} of {budget} (verl-gke:job.maxRetries)")
+            number = attempts.resubmit(jobs, props, number, info, progress, note, ended)
             continue
-        spent = f" after {number} of {budget} retries" if budget else ""
+        why = f"{ended.reason}; {spent}" if ended else info["status"]
         raise RayAccessError(
-            f"{attempt.where()} ended {info['status']}{spent} ({short(info.get('message'))}) "
-            f"before reaching {wait_for.value}. Last log lines:\n{log_tail(attempt, info)}\n"
+            f"{attempt.where()} ended {why} ({short(info.get('message'))}) before reaching "
+            f"{wait_for.value}. Last log lines:\n{log_tail(attempt, info)}\n"
             "Fix the cause, then run `pulumi up --refresh`: it submits the next attempt and "
             "verl resumes from the run's last checkpoint"
         )
@@ -449,13 +470,17 @@ def _same_attempt(jobs: RayJobs, props: dict[str, Any]) -> bool:
     return props.get("dashboard_path") == f"/#/jobs/{jobs.submission_id}"
 
 
-def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any]) -> dict[str, Any]:
+def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any],
+              ended: protocol.Ending | None = None) -> dict[str, Any]:
     """The outputs of one attempt, from its own record and log only: the metrics of an earlier
     attempt are never carried over (when the log cannot be read, the last ones are kept only
-    if they were this attempt's)."""
+    if they were this attempt's). `ended`: how it ended, if it did without success; the last
+    failure is then its own, else the one before it (its metadata)."""
     metadata = info.get("metadata") or {}
     previous = props.get("metrics") if _same_attempt(jobs, props) else None
     metrics = tail_metrics(jobs, previous, jobs.policy, info)
+    number, preempted = protocol.attempt(info), protocol.preemptions(info)
+    ending = ended and {"attempt": number, "preempted": ended.preempted}
     return {
         "status": info["status"],
         "message": short(info.get("message")),
@@ -463,9 +488,12 @@ def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any]) -> dic
         "end_time": iso(info.get("end_time")),
         "dashboard_path": f"/#/jobs/{jobs.submission_id}",
         "metrics": metrics,
-        "attempts": protocol.attempt(info) + 1,
-        "last_failure": metadata.get(protocol.LAST_FAILURE_KEY) or props.get("last_failure"),
-        "state": protocol.describe({"status": info["status"], "attempt": protocol.attempt(info),
+        "attempts": number + 1,
+        **protocol.counts(number, preempted, ending),
+        "last_failure": (ended and ended.reason) or metadata.get(protocol.LAST_FAILURE_KEY)
+        or props.get("last_failure"),
+        "state": protocol.describe({"status": info["status"], "attempt": number,
+                                    "preempted": preempted,
                                     "step": (metrics or {}).get("step")}),
     }
 

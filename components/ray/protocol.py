@@ -13,10 +13,14 @@ attempts of a run at once. The state machine and its invariants: docs/run-lifecy
   put_info(overwrite=False) answers "already exists"), so of two actors submitting N+1 at once
   one wins and the other adopts it; an actor that finds a newer attempt than the one it saw
   adopts that one.
-- One budget. The attempt number travels in the job's metadata (`verl-gke-attempt`) and in its
-  id, so `maxRetries` bounds the provider's retries and the supervisor's together. An explicit
-  `pulumi up` after a refresh found the run FAILED or STOPPED submits once more: the user
-  decided.
+- Two budgets, one count. Every ended attempt is classified (`classify`): a preemption if a
+  Ray node it ran on died during it (a spot VM reclaimed, a node drained or lost), else a
+  failure of the run. Preemptions spend `maxPreemptions` (default: no limit within the
+  deadline), failures `maxRetries`. The attempt number travels in the job's metadata
+  (`verl-gke-attempt`) and in its id, and so does the number of preemptions before it
+  (`verl-gke-preemptions`): the failures before it are the rest, so both actors count the same
+  budgets. An explicit `pulumi up` after a refresh found the run FAILED or STOPPED submits once
+  more: the user decided.
 - "Ended" is written down, never inferred from a missing record: the provider writes its mark
   (which run the stack wants, and whether it ended it) into the supervisor's state before it
   submits, deletes or replaces (MARK_KEY); the supervisor records its own endings (deadline,
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -44,8 +49,10 @@ RUN_KEY = "verl-gke-run"
 ATTEMPT_KEY = "verl-gke-attempt"
 # Epoch seconds of the run's first attempt, carried to every later one: the deadline's start.
 FIRST_START_KEY = "verl-gke-first-start"
-# Why the attempt before this one ended, e.g. "FAILED at step 12" or "stalled at step 12".
+# Why the attempt before this one ended, e.g. "FAILED at step 12" or "preempted at step 12: ...".
 LAST_FAILURE_KEY = "verl-gke-last-failure"
+# How many of the attempts before this one ended by a preemption; the others were failures.
+PREEMPTIONS_KEY = "verl-gke-preemptions"
 ROLE_KEY = "verl-gke-role"
 EXPORT_SUFFIX = "-export"
 
@@ -67,6 +74,10 @@ class Jobs(Protocol):
     def log_tail(self, lines: int, info: dict[str, Any] | None = None) -> str: ...
 
     def list_jobs(self) -> list[dict[str, Any]]: ...
+
+    def nodes(self) -> list[dict[str, Any]]: ...
+
+    def actors_of(self, job_id: str) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,13 @@ def attempt(info: dict[str, Any] | None) -> int:
     return int(raw) if str(raw).isdigit() else 0
 
 
+def preemptions(info: dict[str, Any] | None) -> int:
+    """How many attempts before this record's ended by a preemption (0 for a record from before
+    this key): the other attempts before it were failures."""
+    raw = ((info or {}).get("metadata") or {}).get(PREEMPTIONS_KEY, "0")
+    return int(raw) if str(raw).isdigit() else 0
+
+
 def first_start(info: dict[str, Any]) -> float | None:
     """Epoch seconds of the run's first attempt: carried in the metadata, else this record's
     own start (Ray sets start_time at submission, job_manager.py:493)."""
@@ -138,11 +156,13 @@ def failure(info: dict[str, Any], step: float | None, reason: str | None = None)
 
 def submit_attempt(
     jobs_for: Callable[[str], Jobs], run_id: str, number: int, job: Submission,
-    why: str | None = None, started: float | None = None,
+    why: str | None = None, started: float | None = None, preempted: int = 0,
 ) -> bool:
     """Submit attempt `number` of the run; False if it already exists (another actor won: adopt
-    it). `started` is the run's first start, carried for the deadline."""
-    metadata = {**job.metadata, RUN_KEY: run_id, ATTEMPT_KEY: str(number)}
+    it). `started` is the run's first start, carried for the deadline; `preempted` how many of
+    the attempts before it were preemptions."""
+    metadata = {**job.metadata, RUN_KEY: run_id, ATTEMPT_KEY: str(number),
+                PREEMPTIONS_KEY: str(preempted)}
     if why:
         metadata[LAST_FAILURE_KEY] = why
     if started is not None:
@@ -153,7 +173,7 @@ def submit_attempt(
 
 def advance(
     jobs_for: Callable[[str], Jobs], run_id: str, seen: int, job: Submission, why: str,
-    started: float | None, say: Callable[[str], None],
+    started: float | None, say: Callable[[str], None], preempted: int = 0,
 ) -> int:
     """The attempt after `seen` (which is terminal, or lost): submitted, or adopted when another
     actor already submitted it or a later one. Returns the attempt now current; never raises
@@ -163,7 +183,7 @@ def advance(
     if newest > seen:
         say(f"adopted attempt {newest}, {found[newest]['status']} (submitted by another actor)")
         return newest
-    if submit_attempt(jobs_for, run_id, seen + 1, job, why, started):
+    if submit_attempt(jobs_for, run_id, seen + 1, job, why, started, preempted):
         say(f"attempt {seen + 1} submitted after {why}")
     else:
         say(f"adopted attempt {seen + 1} (submitted by another actor)")
@@ -171,8 +191,118 @@ def advance(
 
 
 def may_retry(number: int, max_retries: int) -> bool:
-    """Whether the retry budget allows an attempt after attempt `number`."""
+    """Whether the retry budget allows an attempt after attempt `number` (the export's, whose
+    attempts are all failures)."""
     return number < max_retries
+
+
+# --- How an attempt ended: a preemption or a failure --------------------------------------------
+
+# How long after an attempt's end a node it ran on may still be marked dead. The job can end
+# first: a surviving worker's call to the lost one fails on its closed socket at once
+# ("ActorUnavailableError ... Socket closed", seen on a local Ray 2.47 whose worker node was
+# killed: the job FAILED 3 s after the kill), while the GCS marks the node DEAD only once its
+# health checks failed, "delayed up to 30 seconds" (ray-2.47.0 util/state/common.py NodeState
+# end_time_ms; ray_config_def.h health_check_period_ms 3000 x health_check_failure_threshold 5,
+# plus health_check_timeout_ms 10000). Twice that.
+SETTLE_S = 60.0
+
+
+# The State API's queries classify reads (ray-2.47.0 dashboard/modules/state/state_head.py
+# list_nodes, list_actors; the reply's rows are body["data"]["result"]["result"]). `detail`
+# brings a node's end_time_ms (a detail column of NodeState); an actor's node_id and job_id are
+# default columns (ActorState). 10,000 is the most one listing returns
+# (util/state/common.py RAY_MAX_LIMIT_FROM_API_SERVER).
+STATE_LIMIT = 10_000
+NODES_QUERY = ("/api/v0/nodes", {"detail": "true", "limit": STATE_LIMIT})
+
+
+def actors_query(job_id: str) -> tuple[str, dict[str, Any]]:
+    return "/api/v0/actors", {"filter_keys": "job_id", "filter_predicates": "=",
+                              "filter_values": job_id, "limit": STATE_LIMIT}
+
+
+def state_rows(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return body["data"]["result"]["result"]
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How an attempt ended: `preempted` when a Ray node it ran on died during it, and why, in
+    words safe to show anywhere (e.g. "preempted at step 12: Ray node 10.0.0.3 died
+    (Unexpected termination: health check failed due to missing too many heartbeats)")."""
+
+    preempted: bool
+    reason: str
+
+
+def lost_nodes(info: dict[str, Any], actors: list[dict[str, Any]],
+               nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Ray nodes the attempt ran on that died during it (up to SETTLE_S after its end).
+
+    Ran on: its driver's node (`driver_node_id`) and the nodes of its Ray job's actors (GET
+    /api/v0/actors keeps dead actors with their `node_id`, ray-2.47.0 util/state/common.py
+    ActorState). An actor of a lost node is not always marked dead by its node: it may die first
+    of its owner's exit (reason OWNER_DIED, seen on that local Ray), so its node's own record
+    decides: state DEAD and `end_time_ms` (NodeState, GET /api/v0/nodes?detail=true) within the
+    attempt. The head is left out: its loss takes the job table with it (see `lost_attempt`).
+    """
+    used = {info.get("driver_node_id")} | {actor.get("node_id") for actor in actors}
+    used.discard(None)
+    start = info.get("start_time") or 0
+    end = info.get("end_time")
+    until = end + SETTLE_S * 1000 if end else math.inf  # the window is SETTLE_S, whatever waited
+    return [node for node in nodes
+            if node.get("node_id") in used and node.get("state") == "DEAD"
+            and not node.get("is_head_node")
+            and start <= (node.get("end_time_ms") or 0) <= until]
+
+
+def classify(
+    jobs: Jobs, info: dict[str, Any], why: str, step: float | None,
+    settle_s: float = SETTLE_S,
+) -> Ending:
+    """How the attempt `info` ended (FAILED, or stopped for a stall): a preemption, or the
+    failure `why` (e.g. `failure(info, step)`); `step` is its last step.
+
+    An attempt that ended less than `settle_s` ago and shows no lost node yet is looked at once
+    more when `settle_s` have passed since its end (see SETTLE_S; 0 looks once). A Ray that
+    cannot say (its State API failing) makes it a failure, which the budget of maxRetries
+    bounds, and the reason says so."""
+    try:
+        lost = _lost(jobs, info)
+        ended = (info.get("end_time") or 0) / 1000
+        if not lost and ended and time.time() - ended < settle_s:
+            time.sleep(max(0.0, min(settle_s, ended + settle_s - time.time())))
+            lost = _lost(jobs, info)
+    except (OSError, RuntimeError, ValueError) as error:
+        return Ending(False, f"{why} (whether a node was lost is unknown: {error})"[:400])
+    if not lost:
+        return Ending(False, why)
+    node = lost[0]
+    why = node.get("state_message") or "no reason given"
+    more = f" and {len(lost) - 1} other node(s)" if len(lost) > 1 else ""
+    step_text = f" at step {int(step)}" if step is not None else " before its first step"
+    return Ending(True, f"preempted{step_text}: Ray node {node.get('node_ip')}{more} died "
+                        f"({why})")
+
+
+def _lost(jobs: Jobs, info: dict[str, Any]) -> list[dict[str, Any]]:
+    actors = jobs.actors_of(info["job_id"]) if info.get("job_id") else []
+    return lost_nodes(info, actors, jobs.nodes())
+
+
+def budget_left(number: int, preempted_before: int, ending: Ending, max_retries: int,
+                max_preemptions: int | None) -> str | None:
+    """Whether an attempt may follow attempt `number` that ended as `ending`, with
+    `preempted_before` preemptions among the attempts before it: None, or the budget spent."""
+    if ending.preempted:
+        if max_preemptions is not None and preempted_before >= max_preemptions:
+            return f"preemption budget of {max_preemptions} spent"
+        return None
+    if number - preempted_before >= max_retries:
+        return f"retry budget of {max_retries} spent"
+    return None
 
 
 # --- What a verl job log says -----------------------------------------------------------------
@@ -235,6 +365,8 @@ def _finite(text: str) -> float | None:
 # Two keys of the state ConfigMap, each with one writer:
 # - RECORD_KEY, the supervisor's: submission_id (the run id), attempt (the newest attempt it
 #   knows), status, step, step_attempt, last_step_at, first_start, first_step_at, last_failure,
+#   preempted (preemptions before the newest attempt), ending ({"attempt", "preempted",
+#   "reason"}: how the newest attempt ended, once classified),
 #   intent ({"action": "submit" | "export" | "release", "attempt": n, "reason": ...}, saved
 #   before the action, cleared once its result is saved), stopped ({"attempt", "reason"} of a
 #   stop of its own, saved before the stop), ended ({"attempt", "by", "reason", "at"}),
@@ -244,21 +376,34 @@ def _finite(text: str) -> float | None:
 # - MARK_KEY, the provider's: {"run": the run id the stack wants, "at": epoch seconds of the
 #   provider's last action on it, "ended": why the provider ended it, or null}. Written before
 #   the provider submits (create, resubmit, export) and before it stops a run it deletes.
-# - SUBMITTED_KEY, the provider's: {"run", "attempt"}, the newest attempt it submitted, written
-#   before the POST. Ray's job table lives in the head and goes with it; this key does not, so
+# - SUBMITTED_KEY, the provider's: {"run", "attempt", "preempted"}, the newest attempt it
+#   submitted and the preemptions before it, written before the POST. Ray's job table lives in the head and goes with it; this key does not, so
 #   an attempt that the head lost still counts against the budget (lost_attempt).
 RECORD_KEY = "record"
 MARK_KEY = "provider"
 SUBMITTED_KEY = "provider-submitted"
 
 
-def lost_attempt(run_id: str, known: int | None, submitted: dict[str, Any] | None) -> int | None:
-    """The newest attempt of `run_id` that anyone submitted, when Ray's job table has none of
-    them (the head lost it): the supervisor's record (`known`), or the provider's SUBMITTED_KEY
-    for this run, whichever is newer; None when neither knows one."""
-    theirs = (submitted or {}).get("attempt") if (submitted or {}).get("run") == run_id else None
-    found = [n for n in (known, theirs) if n is not None]
+def lost_attempt(run_id: str, record: dict[str, Any],
+                 submitted: dict[str, Any] | None) -> tuple[int, int] | None:
+    """The newest attempt of `run_id` that anyone submitted, and the preemptions before it,
+    when Ray's job table has none of them (the head lost it): the supervisor's `record` of the
+    run, or the provider's SUBMITTED_KEY for this run, whichever is newer; None when neither
+    knows one."""
+    found = []
+    if record.get("attempt") is not None:
+        found.append((record["attempt"], record.get("preempted") or 0))
+    if (submitted or {}).get("run") == run_id and submitted.get("attempt") is not None:
+        found.append((submitted["attempt"], submitted.get("preempted") or 0))
     return max(found) if found else None
+
+
+def counts(attempt: int, preempted: int, ending: dict[str, Any] | None) -> dict[str, int]:
+    """The run's ended attempts by kind: `attempt` is the newest, `preempted` the preemptions
+    before it, `ending` how it ended ({"attempt", "preempted", "reason"}) once it did."""
+    last = ending if ending and ending.get("attempt") == attempt else None
+    return {"preemptions": preempted + bool(last and last["preempted"]),
+            "failures": attempt - preempted + bool(last and not last["preempted"])}
 
 
 def not_ours(run_id: str, mark: dict[str, Any] | None) -> str | None:
@@ -281,6 +426,8 @@ def describe(record: dict[str, Any]) -> str:
     parts = [text]
     if record.get("attempt"):
         parts.append(f"attempt {int(record['attempt']) + 1}")
+    if record.get("preempted"):
+        parts.append(f"{int(record['preempted'])} preempted")
     stopped = record.get("stopped")
     if stopped and stopped.get("attempt") == record.get("attempt"):
         parts.append(f"stopped by the supervisor: {stopped['reason']}")

@@ -33,6 +33,8 @@ from typing import Any, Iterator
 
 import requests
 
+from components.ray import protocol
+
 KUBECTL = "kubectl"
 _FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
 # Ray's JobManager.JOB_MONITOR_LOOP_PERIOD_S (ray/dashboard/modules/job/job_manager.py).
@@ -73,6 +75,8 @@ class RequestPolicy:
     # `make bench`'s create -> RUNNING; a Ray slower than that to see an exit (a loaded head)
     # can still report such a job RUNNING, which first-step, the default, never does.
     confirm_running_s: float = 0.1
+    # How long after a FAILED attempt's end a lost node may still be recorded (protocol.SETTLE_S).
+    settle_s: float = protocol.SETTLE_S
 
 
 class RayAccessError(RuntimeError):
@@ -327,6 +331,17 @@ class RayJobs:
         })
         actors = reply.json()["data"]["result"]["result"]
         return any(actor["state"] != "DEAD" for actor in actors)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every node the GCS knows, the dead ones with their end and its reason
+        (protocol.NODES_QUERY)."""
+        path, params = protocol.NODES_QUERY
+        return protocol.state_rows(self._request("GET", path, params=params).json())
+
+    def actors_of(self, job_id: str) -> list[dict[str, Any]]:
+        """The actors of Ray job `job_id` (a submission's `job_id`), the dead ones included."""
+        path, params = protocol.actors_query(job_id)
+        return protocol.state_rows(self._request("GET", path, params=params).json())
 
     def logs(self) -> str:
         """The driver's whole log (Jobs API), for tools that need every line (`make curve`).

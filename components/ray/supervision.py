@@ -76,6 +76,7 @@ def render_spec(name: str, args: RunSupervisorArgs) -> dict:
     return {
         **args.spec,
         "max_retries": args.run.max_retries,
+        "max_preemptions": args.run.max_preemptions,
         "stall_s": args.run.stall_minutes * 60,
         "deadline_s": args.run.deadline_hours * 3600,
         "release_gpus": args.run.release_gpus,

@@ -12,9 +12,11 @@ docs/run-lifecycle.md):
 - RUNNING or PENDING: past the wall-clock deadline (from the run's first attempt's start) it
   stops the run for good; with no new verl step for `stall_s` (before the first step: since the
   attempt started) it stops the attempt and counts it as failed;
-- FAILED, STOPPED by its own stall stop, or lost with the head's job table: submits the next
-  attempt (`<run id>-a<N+1>`, resuming from the run's checkpoints) while the budget and the
-  deadline last, else gives up; STOPPED by anyone else is left alone;
+- FAILED, STOPPED by its own stall stop, or lost with the head's job table: classifies it (a
+  preemption when a Ray node it ran on died during it, protocol.classify; else a failure, the
+  head's loss included) and submits the next attempt (`<run id>-a<N+1>`, resuming from the
+  run's checkpoints) while that kind's budget (maxPreemptions or maxRetries) and the deadline
+  last, else gives up; STOPPED by anyone else is left alone;
 - SUCCEEDED: runs the export (`<run id>-export-a<N>`, on a GPU worker), then, with
   `release_gpus`, suspends the RayCluster: KubeRay deletes every Ray pod and the GPU nodes are
   free. A run given up (budget, deadline, export failed for good) is released too.
@@ -73,6 +75,8 @@ class _Tick:
         self.run_id = spec["submission_id"]
         self._say = say
         self.max_retries = int(spec["max_retries"])
+        # None: preemptions are resumed without limit, within the deadline.
+        self.max_preemptions = spec.get("max_preemptions")
 
     def say(self, text: str) -> None:
         self._say(f"{self.run_id}: {text}")
@@ -127,8 +131,8 @@ class _Tick:
         if intent.get("action") == "submit":
             if newest is not None and newest >= intent["attempt"]:
                 record["intent"] = None  # the dead tick's submission reached Ray
-            else:
-                self._submit(intent["attempt"], intent["reason"])  # finish what it started
+            else:  # finish what it started
+                self._submit(intent["attempt"], intent["reason"], intent.get("preempted", 0))
                 return
         if newest is None or (known is not None and newest < known):
             self._missing(known)
@@ -136,6 +140,7 @@ class _Tick:
         info = found[newest]
         if known != newest:
             record.update(attempt=newest, step_attempt=None)
+        record["preempted"] = protocol.preemptions(info)
         ended = record.get("ended") or {}
         if ended.get("attempt") is not None and ended["attempt"] < newest:
             record["ended"] = None  # an explicit `pulumi up` submitted a newer attempt
@@ -166,18 +171,20 @@ class _Tick:
         table is gone (the driver, on the head, died with it). Never read as "ended"."""
         record = self.record
         # The newest attempt anyone submitted: the record's, or the provider's note of one it
-        # submitted since (protocol.SUBMITTED_KEY); a lost attempt counts against the budget.
-        lost = protocol.lost_attempt(self.run_id, known, self.submitted)
+        # submitted since (protocol.SUBMITTED_KEY). A lost attempt is a failure: the head is not
+        # a GPU node, and what took it (its node, or the driver's memory) cannot be told apart.
+        lost, preempted = protocol.lost_attempt(self.run_id, record, self.submitted) or (0, 0)
+        record["preempted"] = preempted
         if known is None:
             # This spec reaches the CronJob only once the run's create returned (the supervisor
             # depends on the job), i.e. after attempt 0 at least was submitted: Ray lost it with
             # its head before the first tick. (A run the provider ended or replaced never gets
             # here.) The provider's note (protocol.SUBMITTED_KEY) names a later one if it
             # submitted one; either way the lost attempt counts, and the next one follows it.
-            lost = 0 if lost is None else lost
             self.say(f"attempt {lost} is gone from Ray with its head's job table")
             record.update(status="LOST")
-            self._next(lost, "lost with the Ray head before its first step")
+            self._next(lost, self._ended(lost, protocol.Ending(
+                False, "lost with the Ray head before its first step")))
             return
         if record.get("status") == "SUCCEEDED":
             self._finish()
@@ -188,7 +195,7 @@ class _Tick:
         why = protocol.failure({"status": "lost with the Ray head"}, step)
         self.say(f"attempt {lost} is gone from Ray with its head's job table ({why})")
         record.update(status="LOST")
-        self._next(lost, why)
+        self._next(lost, self._ended(lost, protocol.Ending(False, why)))
 
     def _follow(self, jobs: Any, info: dict[str, Any]) -> None:
         """A live attempt: track its steps; stop it at the deadline or when it stalls."""
@@ -238,40 +245,60 @@ class _Tick:
                                "reason": "stopped by someone else: left as it is"}
             return
         step = record.get("step") if record.get("step_attempt") == number else None
+        ending = record.get("ending") or {}
+        if ending.get("attempt") == number:  # classified by an earlier tick
+            self._next(number, protocol.Ending(ending["preempted"], ending["reason"]))
+            return
         why = stopped["reason"] if ours else protocol.failure(info, step)
-        self._next(number, why)
+        jobs = self.ray(protocol.attempt_id(self.run_id, number))
+        settle_s = self.spec.get("settle_s", protocol.SETTLE_S)  # shorter in tests on a real Ray
+        self._next(number, self._ended(number, protocol.classify(jobs, info, why, step, settle_s)))
 
-    def _next(self, number: int, why: str) -> None:
-        """The attempt after `number`, within the budget and the deadline; else give up."""
+    def _ended(self, number: int, ending: protocol.Ending) -> protocol.Ending:
+        """Keep how attempt `number` ended in the record (the outputs' counts read it)."""
+        self.record["ending"] = {"attempt": number, "preempted": ending.preempted,
+                                 "reason": ending.reason}
+        if ending.preempted:
+            self.say(f"attempt {number} was {ending.reason}")
+        return ending
+
+    def _next(self, number: int, ending: protocol.Ending) -> None:
+        """The attempt after `number`, within the deadline and the budget of the way it ended
+        (maxPreemptions for a preemption, maxRetries for a failure); else give up."""
         record, now = self.record, self.now()
+        preempted = record.get("preempted") or 0
+        spent = protocol.budget_left(number, preempted, ending, self.max_retries,
+                                     self.max_preemptions)
         if now - record.get("first_start", now) > self.spec["deadline_s"]:
             self._give_up(number, f"deadline of {_duration(self.spec['deadline_s'])} reached")
-        elif not protocol.may_retry(number, self.max_retries):
-            self._give_up(number, f"retry budget of {self.max_retries} spent")
+        elif spent:
+            self._give_up(number, spent)
         else:
-            self._submit(number + 1, why)
+            self._submit(number + 1, ending.reason, preempted + ending.preempted)
 
     def _give_up(self, number: int, reason: str) -> None:
         self.say(f"{self.record.get('status')}; {reason}")
         self.record["ended"] = {"attempt": number, "by": "supervisor", "reason": reason,
                                 "release": True, "at": self.now()}
 
-    def _submit(self, number: int, why: str) -> None:
-        """Attempt `number`: the intent is saved first, the provider's mark read again right
-        before the POST (a `pulumi up` may have ended or replaced the run meanwhile)."""
+    def _submit(self, number: int, why: str, preempted: int) -> None:
+        """Attempt `number`, after `preempted` preemptions: the intent is saved first, the
+        provider's mark read again right before the POST (a `pulumi up` may have ended or
+        replaced the run meanwhile)."""
         record = self.record
-        record["intent"] = {"action": "submit", "attempt": number, "reason": why}
+        record["intent"] = {"action": "submit", "attempt": number, "reason": why,
+                            "preempted": preempted}
         self._save()
         if self._mark_forbids():
             return
         started = record.get("first_start")
         if protocol.submit_attempt(self.ray, self.run_id, number, Submission.of(self.spec), why,
-                                   started):
+                                   started, preempted):
             self.say(f"attempt {number} submitted after {why}")
         else:
             self.say(f"adopted attempt {number} (submitted by another actor)")
-        record.update(attempt=number, status="PENDING", step_attempt=None, last_failure=why,
-                      intent=None)
+        record.update(attempt=number, preempted=preempted, status="PENDING", step_attempt=None,
+                      last_failure=why, intent=None)
 
     def _mark_forbids(self) -> bool:
         mark = self.cluster.state().get(protocol.MARK_KEY) or {}

@@ -66,6 +66,19 @@ class RayHttp:
         self._check(status, text, "listing jobs")
         return json.loads(text)
 
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every node the GCS knows, the dead ones with their end (protocol.NODES_QUERY)."""
+        return self._rows(*protocol.NODES_QUERY, "listing nodes")
+
+    def actors_of(self, job_id: str) -> list[dict[str, Any]]:
+        """The actors of Ray job `job_id`, the dead ones included (protocol.actors_query)."""
+        return self._rows(*protocol.actors_query(job_id), "listing actors")
+
+    def _rows(self, path: str, params: dict[str, Any], action: str) -> list[dict[str, Any]]:
+        status, text = self._call("GET", f"{path}?{urllib.parse.urlencode(params)}")
+        self._check(status, text, action)
+        return protocol.state_rows(json.loads(text))
+
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.base + path, data=data, method=method,

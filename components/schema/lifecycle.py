@@ -77,7 +77,16 @@ class RunLifecycle(BaseModel):
         3, ge=0, le=100,
         description="Resubmit a run that fails (or stalls) up to this many times, each attempt "
         "resuming from its checkpoints: the supervisor in the cluster does it at any time, "
-        "`pulumi up` while it follows the job (KubeRay RayJob's backoffLimit). default: 3.",
+        "`pulumi up` while it follows the job (KubeRay RayJob's backoffLimit). An attempt "
+        "ended by a preemption (a Ray node it ran on died) is not counted here: see "
+        "maxPreemptions. default: 3.",
+    )
+    max_preemptions: int | None = Field(
+        None, ge=0, le=10_000,
+        description="Resubmit a run whose attempt was preempted (a Ray node it ran on died "
+        "during it: a spot VM reclaimed, a node drained or lost) up to this many times, each "
+        "resuming from its checkpoints. default: unset, no limit within deadlineHours "
+        "(SkyPilot's managed jobs recover preemptions without limit).",
     )
     stall_minutes: int = Field(
         45, gt=0,

@@ -11,7 +11,15 @@ Each behaviour is Ray 2.47.0's (the installed package, python/ray/dashboard/modu
 - each submission id has its own driver log (common.py:34 JOB_LOGS_PATH_TEMPLATE), read by
   its tail (log_manager.py, `lines`);
 - a head restart without GCS fault tolerance empties the table and kills every driver
-  (the table lives in the head's GCS internal KV, common.py:233-252).
+  (the table lives in the head's GCS internal KV, common.py:233-252);
+- the State API lists nodes, the dead ones kept with `state` DEAD, `end_time_ms` and a
+  `state_message` (util/state/common.py NodeState; dashboard/state_aggregator.py
+  compose_state_message), and a job's actors with their `node_id`, the dead ones included
+  (ActorState): a driver's Ray `job_id` is set once it runs (JobDetails). What a lost worker
+  node looks like was read off a local Ray 2.47 whose worker node was killed mid-job: its
+  actor died of its owner's exit (OWNER_DIED), its node DEAD "Unexpected termination: health
+  check failed due to missing too many heartbeats" (tests/test_preemption_ray.py checks the
+  classification against that Ray).
 Tests move jobs along by hand (`finish`, `log`); nothing happens on its own.
 """
 
@@ -29,6 +37,8 @@ class FakeRay:
         self.submissions: list[str] = []  # every accepted submission id, in order
         self.clock = 1_000_000.0  # epoch seconds of the next submission
         self.down = False  # the head is unreachable (suspended cluster)
+        self.nodes: list[dict[str, Any]] = [_node("head", head=True)]
+        self.actors: dict[str, list[dict[str, Any]]] = {}  # Ray job id -> its actors
 
     def __call__(self, submission_id: str) -> "FakeJobs":
         return FakeJobs(self, submission_id)
@@ -36,10 +46,31 @@ class FakeRay:
     # --- what tests do ---------------------------------------------------------------------
 
     def run(self, submission_id: str) -> None:
-        self.records[submission_id].update(status="RUNNING", driver_node_id="head")
+        """The driver runs on the head, its worker actor on a GPU node of its own."""
+        job_id = f"{len(self.actors) + 2:02d}000000"
+        node = _node(f"worker-{job_id}")
+        self.nodes.append(node)
+        self.actors[job_id] = [{"actor_id": job_id + "a", "job_id": job_id, "state": "ALIVE",
+                                "node_id": node["node_id"], "class_name": "Worker"}]
+        self.records[submission_id].update(status="RUNNING", driver_node_id="head",
+                                           job_id=job_id)
 
     def finish(self, submission_id: str, status: str) -> None:
-        self.records[submission_id]["status"] = status
+        record = self.records[submission_id]
+        record.update(status=status, end_time=int(self.clock * 1000))
+        for actor in self.actors.get(record.get("job_id"), []):
+            actor["state"] = "DEAD"
+
+    def lose_node(self, submission_id: str) -> None:
+        """The GPU node of the attempt's worker actor dies; the attempt FAILED with it."""
+        job_id = self.records[submission_id]["job_id"]
+        lost = {actor["node_id"] for actor in self.actors[job_id]}
+        for node in self.nodes:
+            if node["node_id"] in lost:
+                node.update(state="DEAD", end_time_ms=int(self.clock * 1000), state_message=(
+                    "Unexpected termination: health check failed due to missing too many "
+                    "heartbeats"))
+        self.finish(submission_id, "FAILED")
 
     def log(self, submission_id: str, line: str) -> None:
         self.logs.setdefault(submission_id, []).append(line)
@@ -94,3 +125,16 @@ class FakeJobs:
     def list_jobs(self) -> list[dict[str, Any]]:
         self._up()
         return [dict(info) for info in self.ray.records.values()]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        self._up()
+        return [dict(node) for node in self.ray.nodes]
+
+    def actors_of(self, job_id: str) -> list[dict[str, Any]]:
+        self._up()
+        return [dict(actor) for actor in self.ray.actors.get(job_id, [])]
+
+
+def _node(name: str, head: bool = False) -> dict[str, Any]:
+    return {"node_id": name, "node_ip": f"10.0.0.{2 if head else 3}", "is_head_node": head,
+            "state": "ALIVE", "state_message": None, "start_time_ms": 0, "end_time_ms": 0}
