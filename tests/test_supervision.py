@@ -60,7 +60,7 @@ def test_rights_are_one_namespace_one_config_map_and_one_ray_cluster():
 def test_one_tick_at_a_time_on_the_pinned_image_through_the_head_service():
     """concurrencyPolicy Forbid, no retries of a failed tick (the next one looks again), the
     pinned image, the dashboard reached through the head Service, and the run's settings."""
-    objects = _objects(max_retries=5, stall_minutes=20, release_gpus=False)
+    objects = _objects(max_retries=5, max_preemptions=7, stall_minutes=20, release_gpus=False)
     cron = objects["CronJob/sup"]["spec"]
     assert cron["concurrencyPolicy"] == "Forbid"
     assert cron["schedule"] == f"*/{SUPERVISOR_PERIOD_MINUTES} * * * *"
@@ -71,7 +71,8 @@ def test_one_tick_at_a_time_on_the_pinned_image_through_the_head_service():
     assert pod["serviceAccountName"] == "sup"
     spec = json.loads(objects["ConfigMap/sup"]["data"]["run.json"])
     assert spec["dashboard"] == "http://b200-ray-cluster-head-svc.verl.svc:8265"
-    assert (spec["max_retries"], spec["stall_s"], spec["release_gpus"]) == (5, 1200, False)
+    assert (spec["max_retries"], spec["max_preemptions"], spec["stall_s"],
+            spec["release_gpus"]) == (5, 7, 1200, False)
     assert spec["submission_id"] == SPEC["submission_id"]
     assert "data" not in objects[f"ConfigMap/{state_name('sup')}"]  # the supervisor's alone
 
