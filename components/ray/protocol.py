@@ -202,10 +202,11 @@ def may_retry(number: int, max_retries: int) -> bool:
 # first: a surviving worker's call to the lost one fails on its closed socket at once
 # ("ActorUnavailableError ... Socket closed", seen on a local Ray 2.47 whose worker node was
 # killed: the job FAILED 3 s after the kill), while the GCS marks the node DEAD only once its
-# health checks failed, "delayed up to 30 seconds" (ray-2.47.0 util/state/common.py NodeState
-# end_time_ms; ray_config_def.h health_check_period_ms 3000 x health_check_failure_threshold 5,
-# plus health_check_timeout_ms 10000). Twice that.
-SETTLE_S = 60.0
+# health checks failed (NodeState's end_time_ms "could be delayed up to 30 seconds",
+# ray-2.47.0 util/state/common.py). On a VM that no longer answers at all, each of the
+# health_check_failure_threshold (5) checks waits out health_check_timeout_ms (10 s)
+# (src/ray/common/ray_config_def.h): about 50 s. 90 s leaves a margin.
+SETTLE_S = 90.0
 
 
 # The State API's queries classify reads (ray-2.47.0 dashboard/modules/state/state_head.py
