@@ -266,13 +266,14 @@ def classify(
     """How the attempt `info` ended (FAILED, or stopped for a stall): a preemption, or the
     failure `why` (e.g. `failure(info, step)`); `step` is its last step.
 
-    An attempt that ended less than `settle_s` ago and shows no lost node yet is looked at once
-    more when `settle_s` have passed since its end (see SETTLE_S; 0 looks once). A Ray that
-    cannot say (its State API failing) makes it a failure, which the budget of maxRetries
-    bounds, and the reason says so."""
+    An attempt that FAILED less than `settle_s` ago and shows no lost node yet is looked at
+    once more when `settle_s` have passed since its end (see SETTLE_S; 0 looks once); a STOPPED
+    one was stopped, by a person or for a stall long after any loss, and is looked at once. A
+    Ray that cannot say (its State API failing) makes it a failure, which the budget of
+    maxRetries bounds, and the reason says so."""
     try:
         lost = _lost(jobs, info)
-        ended = (info.get("end_time") or 0) / 1000
+        ended = (info.get("end_time") or 0) / 1000 if info.get("status") == "FAILED" else 0
         if not lost and ended and time.time() - ended < settle_s:
             time.sleep(max(0.0, min(settle_s, ended + settle_s - time.time())))
             lost = _lost(jobs, info)
