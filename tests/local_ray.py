@@ -211,11 +211,23 @@ def add_node(head: LocalRay, name: str, num_cpus: int = 1, num_gpus: int = 0,
              timeout_s: float = START_TIMEOUT_S) -> WorkerNode:
     """Start a worker node that joins `head`, and return once the GCS lists it ALIVE.
 
-    `num_gpus` is a logical resource (Ray schedules on it; the node need not have a GPU). The
-    node's pid is recorded under the head's temp dir, so that `stop(head)` ends it, from any
-    process; its Ray processes also name the head's session dir (a joining node takes the
-    head's temp dir, ray/scripts/scripts.py:825-832)."""
-    ip = head.gcs_address.rsplit(":", 1)[0]
+    `num_gpus` is a logical resource (Ray schedules on it; the node need not have a GPU). Each
+    node has an address of its own, 127.0.0.<2 + the nodes added before it>, as each pod of a
+    RayCluster has: a driver on this machine attaches to the first live node whose address is
+    the one recorded in the session's node_ip_address.json (ray-2.47.0 _private/node.py
+    Node.__init__, connect_only -> _wait_and_get_for_node_address; GCS
+    GlobalStateAccessor::GetNodeToConnectForDriver), and every node of the machine shares that
+    session dir (a joining node takes the head's temp dir and session dir from the GCS,
+    ray/scripts/scripts.py:825-832, node.py _init_temp), so a node on the head's address could
+    host the drivers of jobs, or the head agent's JobManager, and take them down with it. A
+    joining node records its own address there (services.write_node_ip_address, "Creating 2
+    instances in the same host with different IP address is not supported"); the head's is
+    put back once the node is up, as a process on the head of a real cluster would read it. A
+    driver that starts while a node joins may still attach to that node.
+
+    The node's pid is recorded under the head's temp dir, so that `stop(head)` ends it, from
+    any process; its Ray processes also name the head's session dir."""
+    ip = f"127.0.0.{2 + len(list(head.temp_dir.glob('node-*.log')))}"
     ports = {name: free_port() for name in (
         "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
         "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")}
@@ -241,10 +253,20 @@ def add_node(head: LocalRay, name: str, num_cpus: int = 1, num_gpus: int = 0,
                                f"{output[-3000:]}")
         for node in state_rows(head, "/api/v0/nodes?detail=true&limit=1000"):
             if node.get("node_name") == name and node.get("state") == "ALIVE":
+                _record_node_ip(head)
                 return WorkerNode(name, node["node_id"], process.pid)
         time.sleep(0.5)
     _end_node(head, process.pid)
     raise TimeoutError(f"node {name} not ALIVE in {head.dashboard_url} after {timeout_s}s")
+
+
+def _record_node_ip(head: LocalRay) -> None:
+    """Put the head's address back in the session's node_ip_address.json, in Ray's format
+    (services.write_node_ip_address: {"node_ip_address": ...}), replaced at once."""
+    record = head.temp_dir / "session_latest" / "node_ip_address.json"
+    partial = record.with_suffix(".partial")
+    partial.write_text(json.dumps({"node_ip_address": head.gcs_address.rsplit(":", 1)[0]}))
+    os.replace(partial, record)
 
 
 def kill_node(head: LocalRay, node: WorkerNode) -> None:

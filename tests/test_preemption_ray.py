@@ -164,6 +164,9 @@ def after_the_loss(before_the_loss):
     for run in ("S", "P"):
         _wait_status(scene, run, {"FAILED"})
     scene.hold.touch()
+    # P's attempt 1 waits for a GPU node with its driver attached to the head (see
+    # local_ray.add_node: a driver that starts while a node joins may attach to it).
+    _wait_log(scene, "P", "Connected to Ray cluster", number=1)
     scene.w2 = local_ray.add_node(scene.head, "w2", num_gpus=1)
     for thread in scene.threads:
         thread.join(timeout=120)
@@ -212,15 +215,17 @@ def _wait_status(scene: Scene, run: str, statuses: set[str], timeout_s: float = 
     raise AssertionError(f"{run} never reached {statuses}:\n{scene.log(run)}")
 
 
-def _wait_log(scene: Scene, run: str, text: str, timeout_s: float = 90) -> None:
+def _wait_log(scene: Scene, run: str, text: str, number: int = 0,
+              timeout_s: float = 90) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        log = scene.log(run)
+        info = scene.info(run, number)
+        log = scene.log(run, number) if info else ""
         if text in log:
             return
-        assert scene.info(run)["status"] not in protocol.TERMINAL, log
+        assert not info or info["status"] not in protocol.TERMINAL, log
         time.sleep(0.3)
-    raise AssertionError(f"{run} never printed {text!r}:\n{scene.log(run)}")
+    raise AssertionError(f"{run} never printed {text!r}:\n{scene.log(run, number)}")
 
 
 def _stop(scene: Scene, sid: str) -> None:
@@ -267,6 +272,7 @@ def test_an_attempt_whose_gpu_node_was_lost_is_a_preemption_through_both_clients
     lost = scene.node(scene.w1.node_id)
     assert lost["state"] == "DEAD" and HEALTH_CHECKS_FAILED in lost["state_message"], lost
     assert scene.actor_nodes("S") == {scene.w1.node_id} != {info["driver_node_id"]}
+    assert lost["node_ip"] != scene.node(info["driver_node_id"])["node_ip"]  # names w1 alone
     for jobs in scene.clients("S"):
         ending = protocol.classify(jobs, info, protocol.failure(info, 1), 1, settle_s=0)
         assert ending == protocol.Ending(True, f"preempted at step 1: Ray node "
