@@ -12,8 +12,9 @@ tests read what it left:
   and P's next attempt runs there to the end. X had ended before w1 died, within the settle
   window: the case protocol.classify waits for.
 The tests of X's failure come first in the file (pytest runs a module's tests in file order), so
-that they see every node alive. Starting the cluster and the scenario cost ~30 CPU-seconds on
-the machine (a cpuacct cgroup: the head ~7, each node ~2, each attempt ~2.5-3).
+that they see every node alive. The module takes ~40 s and 26-31 CPU-seconds (a cpuacct cgroup
+around pytest: the head ~6, each node ~2, each of the 5 attempts ~2.5-3, pytest ~4;
+/usr/bin/time reports ~4, the Ray processes not being pytest's children).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ SETTLE_S = 15.0
 # through the fake kubectl's relay), waiting SETTLE_S for a lost node.
 POLICY = dataclasses.replace(POLICY, poll_min_s=0.5, poll_max_s=1.0, settle_s=SETTLE_S)
 # What Ray says of a node whose health checks failed (ray-2.47.0 src/ray/gcs/gcs_server/
-# gcs_node_manager.cc, via the State API's state_message).
+# gcs_node_manager.cc InferDeathInfo, UNEXPECTED_TERMINATION; the State API's state_message).
 HEALTH_CHECKS_FAILED = "health check failed due to missing too many heartbeats"
 
 
