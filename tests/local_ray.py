@@ -41,7 +41,8 @@ START_TIMEOUT_S = 90.0
 #   (ray/_private/services.py get_node_ip_address) take the address of the default route's
 #   interface, which on a machine with a default route but no loopback-only setup is not the
 #   head's --node-ip-address, and the dashboard's modules then fail to reach the GCS. The
-#   switch also refuses worker nodes joining, which no test does.
+#   switch also refuses worker nodes joining: a head that nodes join is `start_cluster`'s, on
+#   that address (CLUSTER_ENV).
 # - RAY_enable_worker_prestart=0, RAY_prestart_worker_first_driver=0: the raylet keeps idle
 #   Python workers warm for tasks (src/ray/common/ray_config_def.h, ray-project/ray#12052).
 #   A test head runs jobs, whose JobSupervisor actors need workers of their own runtime env,
@@ -100,6 +101,7 @@ def local_ray(temp_dir: Path, num_cpus: int = 2) -> Iterator[LocalRay]:
 
 def start(temp_dir: Path, num_cpus: int = 2) -> LocalRay:
     """Start a Ray head and return once its Jobs API answers; `stop` ends it, from any process.
+    A head of its own node alone (see HEAD_ENV); `start_cluster` starts one that nodes join.
 
     Ray keeps its files in a short directory under the system's temp dir, linked from
     `temp_dir/ray`: its dashboard modules listen on AF_UNIX sockets at
@@ -107,6 +109,10 @@ def start(temp_dir: Path, num_cpus: int = 2) -> LocalRay:
     107 bytes, which pytest's numbered directories (`/tmp/pytest-of-root/pytest-116/...`) pass
     once the counter has three digits. The directory is removed when the head has stopped.
     """
+    return _start(temp_dir, num_cpus, "127.0.0.1", HEAD_ENV)
+
+
+def _start(temp_dir: Path, num_cpus: int, node_ip: str, env: dict[str, str]) -> LocalRay:
     temp_dir.mkdir(parents=True, exist_ok=True)
     ray_dir = Path(tempfile.mkdtemp(prefix="ray-"))
     (temp_dir / "ray").symlink_to(ray_dir, target_is_directory=True)
@@ -120,7 +126,7 @@ def start(temp_dir: Path, num_cpus: int = 2) -> LocalRay:
     }
     command = [
         RAY, "start", "--head", "--block", "--disable-usage-stats",
-        "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+        f"--node-ip-address={node_ip}", "--dashboard-host=127.0.0.1",
         "--include-dashboard=true", f"--num-cpus={num_cpus}", "--num-gpus=0",
         f"--temp-dir={ray_dir}",
         # 0 lets each worker bind a random free port instead of the shared 10002-19999 range.
@@ -136,13 +142,12 @@ def start(temp_dir: Path, num_cpus: int = 2) -> LocalRay:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             # tests/ray_site holds to this interpreter's Ray; another Ray runs as it ships.
-            env={**os.environ, **HEAD_ENV, "PYTHONPATH": os.pathsep.join(
-                filter(None, [None if OTHER_RAY else str(RAY_SITE), os.environ.get("PYTHONPATH")]))},
+            env=_environment(env),
         )
     head = LocalRay(
         dashboard_url=f"http://127.0.0.1:{ports['dashboard-port']}",
         dashboard_port=ports["dashboard-port"],
-        gcs_address=f"127.0.0.1:{ports['port']}",
+        gcs_address=f"{node_ip}:{ports['port']}",
         metrics_port=ports["metrics-export-port"],
         temp_dir=ray_dir,
         pid=process.pid,
@@ -155,9 +160,178 @@ def start(temp_dir: Path, num_cpus: int = 2) -> LocalRay:
     return head
 
 
+# --- A head that worker nodes join (tests/test_preemption_ray.py) --------------------------------
+# Set on top of HEAD_ENV for every process of such a head and of its nodes:
+# - RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1: `ray start --address` refuses to join a node without it
+#   (ray/scripts/scripts.py:1086-1094, ray_constants.ENABLE_RAY_CLUSTER).
+# - the GCS's health checks of the raylets (src/ray/common/ray_config_def.h, Ray 2.47.0:
+#   health_check_initial_delay_ms 5000, health_check_period_ms 3000, health_check_timeout_ms
+#   10000, health_check_failure_threshold 5): a node killed without a goodbye is marked DEAD
+#   once `threshold` checks in a row failed, ~3 s here instead of ~15-30 s.
+CLUSTER_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
+    "RAY_health_check_initial_delay_ms": "1000",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
+# A node's object store: just above Ray's floor of 75 MB
+# (ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES).
+NODE_OBJECT_STORE_BYTES = 80_000_000
+
+
+def route_ip() -> str:
+    """The address of the interface of the default route: the one a joining node takes as the
+    GCS's and its own (ray/_private/services.py node_ip_address_from_perspective, asked of
+    8.8.8.8:53 by get_node_ip_address; a UDP connect sends nothing). A head on 127.0.0.1 cannot
+    be joined: the node canonicalizes the GCS address to this one, where nothing listens."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("8.8.8.8", 53))
+        return sock.getsockname()[0]
+
+
+def start_cluster(temp_dir: Path, num_cpus: int = 2) -> LocalRay:
+    """Like `start`, a head that worker nodes may join (`add_node`): on the default route's
+    address, with fast health checks (CLUSTER_ENV). Its dashboard still listens on 127.0.0.1
+    only; `stop` ends it and every node added to it."""
+    return _start(temp_dir, num_cpus, route_ip(), {**HEAD_ENV, **CLUSTER_ENV})
+
+
+@dataclass(frozen=True)
+class WorkerNode:
+    """A worker node of a `start_cluster` head: one `ray start --block` and its processes, in a
+    session of their own (its pid is the session's id)."""
+
+    name: str  # --node-name, the State API's node_name
+    node_id: str  # the GCS's id of the node (NodeState node_id)
+    pid: int  # the `ray start --block` process
+
+
+def add_node(head: LocalRay, name: str, num_cpus: int = 1, num_gpus: int = 0,
+             timeout_s: float = START_TIMEOUT_S) -> WorkerNode:
+    """Start a worker node that joins `head`, and return once the GCS lists it ALIVE.
+
+    `num_gpus` is a logical resource (Ray schedules on it; the node need not have a GPU). Each
+    node has an address of its own, 127.0.0.<2 + the nodes added before it>, as each pod of a
+    RayCluster has: a driver on this machine attaches to the first live node whose address is
+    the one recorded in the session's node_ip_address.json (ray-2.47.0 _private/node.py
+    Node.__init__, connect_only -> _wait_and_get_for_node_address; GCS
+    GlobalStateAccessor::GetNodeToConnectForDriver), and every node of the machine shares that
+    session dir (a joining node takes the head's temp dir and session dir from the GCS,
+    ray/scripts/scripts.py:825-832, node.py _init_temp), so a node on the head's address could
+    host the drivers of jobs, or the head agent's JobManager, and take them down with it. A
+    joining node records its own address there (services.write_node_ip_address, "Creating 2
+    instances in the same host with different IP address is not supported"); the head's is
+    put back once the node is up, as a process on the head of a real cluster would read it. A
+    driver that starts while a node joins may still attach to that node.
+
+    The node's pid is recorded under the head's temp dir, so that `stop(head)` ends it, from
+    any process; its Ray processes also name the head's session dir."""
+    ip = f"127.0.0.{2 + len(list(head.temp_dir.glob('node-*.log')))}"
+    ports = {name: free_port() for name in (
+        "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")}
+    command = [
+        RAY, "start", f"--address={head.gcs_address}", "--block", "--disable-usage-stats",
+        f"--node-ip-address={ip}", f"--node-name={name}", f"--num-cpus={num_cpus}",
+        f"--num-gpus={num_gpus}", "--min-worker-port=0", "--max-worker-port=0",
+        f"--object-store-memory={NODE_OBJECT_STORE_BYTES}", "--include-log-monitor=False",
+        *(f"--{port}={number}" for port, number in ports.items()),
+    ]
+    nodes = head.temp_dir / "nodes"
+    nodes.mkdir(exist_ok=True)
+    with open(head.temp_dir / f"node-{name}.log", "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True,
+                                   env=_environment({**HEAD_ENV, **CLUSTER_ENV}))
+    (nodes / str(process.pid)).write_text(name)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = (head.temp_dir / f"node-{name}.log").read_text(errors="replace")
+            raise RuntimeError(f"node {name}: ray start exited with {process.returncode}:\n"
+                               f"{output[-3000:]}")
+        for node in state_rows(head, "/api/v0/nodes?detail=true&limit=1000"):
+            if node.get("node_name") == name and node.get("state") == "ALIVE":
+                _record_node_ip(head)
+                return WorkerNode(name, node["node_id"], process.pid)
+        time.sleep(0.5)
+    _end_node(head, process.pid)
+    raise TimeoutError(f"node {name} not ALIVE in {head.dashboard_url} after {timeout_s}s")
+
+
+def _record_node_ip(head: LocalRay) -> None:
+    """Put the head's address back in the session's node_ip_address.json, in Ray's format
+    (services.write_node_ip_address: {"node_ip_address": ...}), replaced at once."""
+    record = head.temp_dir / "session_latest" / "node_ip_address.json"
+    partial = record.with_suffix(".partial")
+    partial.write_text(json.dumps({"node_ip_address": head.gcs_address.rsplit(":", 1)[0]}))
+    os.replace(partial, record)
+
+
+def kill_node(head: LocalRay, node: WorkerNode) -> None:
+    """Take the node away at once, as a VM that vanishes goes: SIGKILL to its process group in
+    one signal (killpg: the kernel signals every member before any runs again), then to any
+    member of its session left; no goodbye to the GCS, which marks the node DEAD once its health
+    checks fail. Signalled one by one, the raylet may outlive its dashboard agent long enough to
+    report its own death to the GCS ("dashboard_agent failed and raylet fate-shares with it")."""
+    if _is_node(head, node.pid, node.name):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGKILL)
+    _end_node(head, node.pid)
+
+
+def _end_node(head: LocalRay, pid: int) -> None:
+    """SIGKILL a node added to `head`: its `ray start` process, its descendants and the members
+    of its session (a process re-parented when its parent died keeps its session), then forget
+    it. Only if the process is still that node's `ray start` (its pid may be another's by now);
+    once it is gone, only the members of its session that name the head's temp dir (a session's
+    id stays taken while it has members, so they are the node's)."""
+    record = head.temp_dir / "nodes" / str(pid)
+    ours = record.exists() and _is_node(head, pid, record.read_text())
+    for _ in range(5):
+        table = _proc_table()
+        members = {member for member in _session(pid)
+                   if ours or str(head.temp_dir) in table.get(member, (0, ""))[1]}
+        targets = members | (_descendants(pid) | {pid} if ours and _alive(pid) else set())
+        targets.discard(os.getpid())
+        if not any(_alive(target) for target in targets):
+            break
+        _signal_all(targets, signal.SIGKILL)
+        time.sleep(0.2)
+    record.unlink(missing_ok=True)
+
+
+def _is_node(head: LocalRay, pid: int, name: str) -> bool:
+    command = _proc_table().get(pid, (0, ""))[1]
+    return f"--address={head.gcs_address}" in command and f"--node-name={name}" in command
+
+
+def state_rows(head: LocalRay, path: str) -> list[dict]:
+    """The rows of a State API listing (GET /api/v0/<resource>?...)."""
+    with urllib.request.urlopen(head.dashboard_url + path, timeout=10) as reply:
+        return json.load(reply)["data"]["result"]["result"]
+
+
+def _nodes_of(head: LocalRay) -> list[int]:
+    """The pids of the worker nodes added to `head` (none for a `start` head)."""
+    nodes = head.temp_dir / "nodes"
+    return [int(entry.name) for entry in nodes.iterdir()] if nodes.is_dir() else []
+
+
+def _environment(env: dict[str, str]) -> dict[str, str]:
+    """The environment of a test head's (or node's) processes: this one's, `env`, and
+    tests/ray_site first on PYTHONPATH, which holds to this interpreter's Ray; another Ray runs
+    as it ships."""
+    return {**os.environ, **env, "PYTHONPATH": os.pathsep.join(
+        filter(None, [None if OTHER_RAY else str(RAY_SITE), os.environ.get("PYTHONPATH")]))}
+
+
 def stop(head: LocalRay) -> None:
     """End every process of `head` and remove its files. Works from another process than the
     one that started it: the pytest controller ends the head that a worker started."""
+    for pid in _nodes_of(head):
+        _end_node(head, pid)
     end_processes(head.pid, str(head.temp_dir))
     deadline = time.monotonic() + 30
     while _alive(head.pid) and time.monotonic() < deadline:
@@ -279,6 +453,20 @@ def _descendants(root_pid: int) -> set[int]:
             if child not in found:
                 found.add(child)
                 stack.append(child)
+    return found
+
+
+def _session(sid: int) -> set[int]:
+    """The processes of session `sid` (field 6 of /proc/<pid>/stat)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:
+                found.add(int(entry.name))
     return found
 
 
