@@ -341,6 +341,22 @@ def test_the_provider_resubmits_a_preempted_attempt_and_follows_the_next_to_succ
     assert "step:2" in scene.log("P", 1)
 
 
+def test_refresh_says_how_many_attempts_of_each_kind_ended_and_the_last_reason(after_the_loss):
+    """`pulumi refresh` (the provider's read) reports the ended attempts of each kind and the
+    last reason: P, SUCCEEDED on attempt 1 after a preemption, from attempt 1's metadata; X,
+    FAILED, classified at the refresh (its node died within its window: the settle test), so
+    one preemption, and the preview's reason (jobState) is that preemption."""
+    scene = after_the_loss
+    provider = GrpoJobProvider(POLICY, say=scene.said.append)
+    for run, status, attempts in (("P", "SUCCEEDED", 2), ("X", "FAILED", 1)):
+        sid = scene.runs[run]["submission_id"]
+        outs = provider.read(sid, provider_props(scene.runs[run])).outs
+        assert (outs["status"], outs["attempts"]) == (status, attempts), outs
+        assert (outs["preemptions"], outs["failures"]) == (1, 0), outs
+        assert outs["last_failure"].startswith("preempted at step 1: Ray node "), outs
+    assert outs["job_state"] == outs["last_failure"]
+
+
 # --- The fake Ray's rows against the real ones ----------------------------------------------------
 
 def test_the_fake_rays_node_and_actor_rows_carry_what_the_real_ones_do(after_the_loss):
