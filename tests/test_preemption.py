@@ -165,3 +165,42 @@ def test_a_released_runs_outputs_count_both_kinds():
     outs = job_provider._from_record(record, {})
     assert (outs["attempts"], outs["failures"], outs["preemptions"]) == (4, 2, 2)
     assert outs["last_failure"] == "FAILED at step 40"
+
+
+def test_an_up_during_the_ticks_wait_keeps_the_gpus_for_the_attempt_it_submitted(
+        world, monkeypatch):
+    """While a tick waits for a lost node's death to be recorded, `pulumi up --refresh`
+    marks the run and submits its next attempt (the user's decision); the tick, finding the
+    attempt a failure with no retry left, gives up but must not suspend the cluster under the
+    attempt up submitted: the mark changed since the tick began. The next tick follows it."""
+    ray, cluster = world
+    ray.clock = time.time()
+    cluster.mark({"run": RUN, "at": 1.0, "ended": None})
+    a0 = submit(ray)
+    ray.run(a0)
+    ray.finish(a0, "FAILED")
+    a1 = attempt_id(RUN, 1)
+
+    up = []
+    read_state = cluster.state
+
+    def sleep(_: float) -> None:  # `pulumi up --refresh` meanwhile marks the run (update)...
+        cluster.mark({"run": RUN, "at": 2.0, "ended": None})
+        up.append("marked")
+
+    def state() -> dict:  # ... and submits once the tick has listed the live jobs
+        if up == ["marked"]:
+            assert protocol.submit_attempt(ray, RUN, 1, protocol.Submission.of(spec()))
+            ray.run(a1)
+            up.append("submitted")
+        return read_state()
+
+    monkeypatch.setattr(protocol.time, "sleep", sleep)
+    monkeypatch.setattr(cluster, "state", state)
+    run_spec = spec(max_retries=0)
+    record = tick(ray, cluster, run_spec, now=time.time())
+    assert up == ["marked", "submitted"]
+    assert not cluster.suspended() and not record.get("released")
+    assert ray.records[a1]["status"] == "RUNNING"
+    record = tick(ray, cluster, run_spec, now=time.time())
+    assert record["attempt"] == 1 and not record.get("ended") and not cluster.suspended()

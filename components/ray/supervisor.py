@@ -375,7 +375,8 @@ class _Tick:
 
     def _release(self, reason: str) -> None:
         """Suspend the RayCluster, unless a job of anyone else still runs on it, or the provider
-        has marked another run (or an ending) since this tick began.
+        has written its mark since this tick began (another run, an ending, or a `pulumi up`
+        acting on this one).
 
         The release intent is saved only if the state ConfigMap is unchanged since the mark was
         read again (a conditional write): a provider that marks a new run after that sees the
@@ -389,7 +390,14 @@ class _Tick:
                 self.say(f"not releasing the GPUs yet: {', '.join(live)} still runs")
                 return
             fresh = self.cluster.state()
-            why_not = protocol.not_ours(self.run_id, fresh.get(protocol.MARK_KEY))
+            mark = fresh.get(protocol.MARK_KEY) or {}
+            why_not = protocol.not_ours(self.run_id, mark)
+            if not why_not and mark.get("at") != self.mark.get("at"):
+                # A `pulumi up` marked the run after this tick read the mark (while the tick
+                # waited for a stop, or for a lost node's death to be recorded): it may have
+                # submitted an attempt after the live jobs were listed above. The next tick
+                # follows what it did (settled_mark).
+                why_not = "`pulumi up` acted on the run during this tick"
             if why_not:
                 self.say(f"not releasing the GPUs: {why_not}")
                 return
