@@ -81,7 +81,7 @@ def _value(raw: str):
             return kind(raw)
         except ValueError:
             pass
-    return {"true": True, "false": False}.get(raw.lower(), raw)
+    return {"true": True, "false": False, "none": None}.get(raw.lower(), raw)
 
 
 if __name__ == "__main__":
