@@ -180,6 +180,9 @@ class Training(Driver):
 
 
 class Export(Driver):
+    connects = False  # verl.model_merger never calls ray.init (no `import ray` in
+    # verl/model_merger/ at b178a3cd5): its record's job_id stays null
+
     def __init__(self, world: Any, job: Any, run: Any) -> None:
         super().__init__(world, job)
         self.run_ = run
