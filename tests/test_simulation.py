@@ -158,18 +158,18 @@ def node_end_after_job_s(m: LifecycleMachine, job) -> float:
     return (node["end_time_ms"] - job.end_ms) / 1000
 
 
+LOSE_WORKER = step("preempt", dead_after=0.0, back_after=60.0, then=0.0)
 PREEMPTED = [
     ("maxRetries 0: a preemption is resumed as attempt 1, which counts it and goes on",
      "resume", dict(max_retries=0),
-     [step("up"), step("wait", seconds=60.0), step("preempt", dead_after=0.0, back_after=60.0),
-      WAIT_600],
+     [step("up"), step("wait", seconds=60.0), LOSE_WORKER, WAIT_600],
      lambda m: len(attempts(m)) == 2 and preempted(attempts(m)[0])
      and attempts(m)[1].metadata.get("verl-gke-preemptions") == "1"
      and attempts(m)[1].status == "SUCCEEDED"),
     ("the node marked dead 25 s after the job failed, a tick in between: still a preemption",
      "resume", dict(max_retries=0),
      [step("up"), step("wait", seconds=100.0),
-      step("preempt", dead_after=25.0, back_after=60.0), WAIT_600],
+      step("preempt", dead_after=25.0, back_after=60.0, then=0.0), WAIT_600],
      lambda m: len(attempts(m)) == 2 and preempted(attempts(m)[0])
      and 24 < node_end_after_job_s(m, attempts(m)[0]) < 26
      and any(attempts(m)[0].end_ms / 1000 - EPOCH < at < attempts(m)[0].end_ms / 1000 - EPOCH
@@ -177,9 +177,8 @@ PREEMPTED = [
      and attempts(m)[1].metadata.get("verl-gke-preemptions") == "1"),
     ("maxPreemptions 1: a second preemption gives the run up and releases the GPUs",
      "budget-preemptions", dict(max_retries=2, max_preemptions=1, release=True),
-     [step("up"), step("wait", seconds=60.0), step("preempt", dead_after=0.0, back_after=60.0),
-      step("wait", seconds=130.0), step("wait", seconds=60.0),
-      step("preempt", dead_after=0.0, back_after=60.0), WAIT_600],
+     [step("up"), step("wait", seconds=60.0), LOSE_WORKER, step("wait", seconds=130.0),
+      step("wait", seconds=60.0), LOSE_WORKER, WAIT_600],
      lambda m: len(attempts(m)) == 2 and all(preempted(j) for j in attempts(m))
      and m.world.kuberay.suspend is True),
     ("maxRetries 0: a failure (no node lost) still ends the run and releases the GPUs",

@@ -159,12 +159,30 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.world.kuberay.restart_head()
 
     @rule(dead_after=st.sampled_from([-1.0, -0.4, 0.0, 10.0, 25.0, 30.0]),
-          back_after=st.sampled_from([60.0, 300.0]))
+          back_after=st.sampled_from([60.0, 300.0]), then=st.sampled_from([5.0, 0.0]))
     @enabled("preempt")
-    def preempt(self, dead_after: float, back_after: float) -> None:
-        """The GPU worker node is lost: Ray marks it DEAD `dead_after` seconds after the job it
-        fails (ray_model.py worker_lost), KubeRay's replacement joins `back_after` later."""
+    def preempt(self, dead_after: float, back_after: float, then: float) -> None:
+        """The GPU worker node is lost: a training on it fails 3 s later, Ray marks the node
+        DEAD `dead_after` seconds after that (ray_model.py worker_lost), KubeRay's replacement
+        joins `back_after` later; `then` seconds pass (5: the failure happens within this step,
+        as it rarely would if the next step were another fault or the sequence's end)."""
         self.world.kuberay.lose_worker(dead_after, back_after)
+        self.world.clock.sleep(then)
+
+    @rule(dead_after=st.sampled_from([-1.0, -0.4, 0.0, 10.0, 25.0, 30.0]),
+          back_after=st.sampled_from([60.0, 300.0]), then=st.sampled_from([5.0, 0.0]))
+    @enabled("preempt")
+    @precondition(lambda self: self.world is not None and self._training_on_worker())
+    def preempt_training(self, dead_after: float, back_after: float, then: float) -> None:
+        """The same, drawn only while a training attempt's actors run on the worker: `preempt`
+        alone mostly finds nothing running (before `up`, after an end, a head restart)."""
+        self.preempt(dead_after, back_after, then)
+
+    def _training_on_worker(self) -> bool:
+        ray = self.world.ray
+        return any(isinstance(job.driver, verl.Training) and job.driver.alive and any(
+            row["job_id"] == job.job_id and row["node_id"] == ray.worker_node()
+            for row in ray.gcs.actors) for job in ray.live() if job.job_id)
 
     @rule(n=st.integers(1, 4), kind=st.sampled_from(["kill", "timeout"]))
     @enabled("tick_fault")
