@@ -200,6 +200,24 @@ def test_a_preemption_is_resumed_under_its_own_budget(case, invariant, setup, st
     replay(setup, *steps, prefer=invariant, happened=happened)
 
 
+# Found by `make explore` (seeds 2026 and 7, without up_fault) on 7ea9fa0, not on 64de651: a
+# tick finds attempt 0 FAILED less than SETTLE_S after its end and sleeps until then to look for a
+# lost node (protocol.classify); meanwhile an explicit `up --refresh` waited out the same settle
+# and submitted attempt 1. The tick wakes, gives attempt 0 up (maxRetries 0) and suspends the
+# RayCluster under attempt 1: its release is guarded by the provider's mark as the tick read it
+# before its sleep, and the provider wrote its mark before its own. Reported, not fixed here
+# (components/ is another engineer's): xfail until the supervisor looks at the run again after
+# its wait.
+@pytest.mark.xfail(strict=True, raises=violation_type("new-run-safe"),
+                   reason="components/: a give-up decided before the settling wait")
+def test_a_give_up_after_the_settling_wait_spares_an_attempt_submitted_meanwhile():
+    """Invariant: the RayCluster is never suspended while an attempt of the run is live, also
+    when the supervisor decided while it waited SETTLE_S for a node's death."""
+    replay(dict(max_retries=0, release=True, phase=0.0), step("up"),
+           step("wait", seconds=60.0), step("attempt_does", kind="fail"), step("up_refresh"),
+           WAIT_600, prefer="new-run-safe", happened=lambda m: len(attempts(m)) == 2)
+
+
 def test_the_world_is_deterministic():
     """Invariant: one sequence gives one history (same submissions, times, statuses, prints),
     so a failing sequence replays exactly."""

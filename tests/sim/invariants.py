@@ -13,7 +13,6 @@ import re
 from typing import Any
 
 from components.ray.protocol import SETTLE_S
-from tests.sim.ray_model import TERMINAL
 
 INVARIANTS = {
     "one-live-attempt": "never two live attempts of one run",
@@ -83,13 +82,14 @@ class Observer:
         return [job for job in self.world.ray.live() if self.run_of_job.get(job.serial) is run]
 
     def run_failed(self, run: Any) -> bool:
-        """The run's latest attempt ended without success, or its record is gone."""
+        """The run's latest attempt ended without success, or its record is gone (lost with
+        the head, whatever it was: an `up` that submits again after that is the user's)."""
         tried = self.attempts(run)
         if not tried:
             return False
         last = tried[-1]
         gone = self.world.ray.jobs.get(last.sid) is not last
-        return last.status in ("FAILED", "STOPPED") or (gone and last.status not in TERMINAL)
+        return last.status in ("FAILED", "STOPPED") or gone
 
     # --- events ----------------------------------------------------------------------------
     def submitted(self, job: Any) -> None:
@@ -108,6 +108,7 @@ class Observer:
             run.explicit_after = None
         self._check_budget(run)
         self.resume.pop(run.serial, None)
+        self.release.pop(run.serial, None)  # a new attempt (an explicit up's): not given up
 
     def _before(self, run: Any) -> tuple[int, int, int]:
         """(failures, preemptions, either) among the endings of the run's attempts but its
