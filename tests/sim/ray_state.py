@@ -61,7 +61,7 @@ class Gcs:
             "node_id": node_id, "node_ip": ip, "is_head_node": head, "state": "ALIVE",
             "state_message": None, "node_name": ip,
             "resources_total": {"CPU": 0.0} if head else {"CPU": 200.0, "GPU": float(GPUS)},
-            "labels": {"ray.io/node-id": node_id}, "start_time_ms": now_ms, "end_time_ms": 0}
+            "labels": {}, "start_time_ms": now_ms, "end_time_ms": 0}
         return node_id
 
     def new_worker(self, now_ms: int) -> str:
