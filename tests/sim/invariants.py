@@ -95,6 +95,10 @@ class Observer:
     def submitted(self, job: Any) -> None:
         run = self.world.run_of(job)
         self.run_of_job[job.serial] = run
+        actor = self.world.actor
+        if run is not None and self.world.kind_of(job) == "export" and actor is not None \
+                and actor.kind == "up":
+            self.release.pop(run.serial, None)  # an explicit up exports again: not given up
         if run is None or self.world.kind_of(job) != "train":
             return
         others = [j for j in self.live_of(run)
