@@ -41,6 +41,7 @@ class Config:
     check_version: int = 1
     wait_for: str = "first-step"
     max_retries: int = 2
+    max_preemptions: int | None = None  # None: no limit within the deadline
     export: bool = True
     release_gpus: bool = True
     keep: int = 2
@@ -116,6 +117,7 @@ class Engine:
             "checked": f"check-{c.check_version}",
             "metadata": {"verl-gke-stack": STACK, "verl-gke-resource": RESOURCE},
             "wait_for": c.wait_for, "timeout_s": 45 * 60, "max_retries": c.max_retries,
+            "max_preemptions": c.max_preemptions,
             "access": self.access(), "checkpoint_uri": f"gs://b/ckpt/v{c.version}",
             "run_dir": f"v{c.version}",
             "export_entrypoint": f"sim-export v{c.version}" if c.export else None,
@@ -145,7 +147,8 @@ class Engine:
                   "resources": props["export_resources"]} if c.export else None
         return {"submission_id": props["submission_id"], "entrypoint": props["entrypoint"],
                 "runtime_env": props["runtime_env"], "metadata": props["metadata"],
-                "export": export, "max_retries": c.max_retries, "stall_s": c.stall_s,
+                "export": export, "max_retries": c.max_retries,
+                "max_preemptions": c.max_preemptions, "stall_s": c.stall_s,
                 "deadline_s": c.deadline_s, "release_gpus": c.release_gpus,
                 "dashboard": DASHBOARD, "namespace": NAMESPACE, "ray_cluster": RAY_CLUSTER,
                 "state": STATE}
@@ -250,6 +253,7 @@ class Engine:
         from components.schema.lifecycle import RunLifecycle  # noqa: PLC0415
         try:
             RunLifecycle(keep_checkpoints=self.config.keep, max_retries=self.config.max_retries,
+                         max_preemptions=self.config.max_preemptions,
                          release_gpus=self.config.release_gpus, wait_for=self.config.wait_for,
                          export_model=self.config.export)
         except Exception as error:  # noqa: BLE001  pydantic's ValidationError

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     disabled = frozenset(filter(None, args.without.split(",")))
     pinned = {key: _value(raw) for key, _, raw in (
         item.partition("=") for item in filter(None, args.setup.split(",")))}
-    counted = {"sequences": 0, "steps": 0}
+    counted = {"sequences": 0, "steps": 0, "preempted": 0}
 
     class Counted(machine.LifecycleMachine):
         DISABLED = disabled
@@ -49,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         def check_invariants(self, *a, **k):  # called once per step, and after initialize
             counted["steps"] += 1
             return super().check_invariants(*a, **k)
+
+        def teardown(self) -> None:
+            if self.world is not None:  # attempts a lost worker node failed
+                counted["preempted"] += sum(1 for job in self.world.ray.submissions
+                                            if job.lost_node)
+            super().teardown()
 
     print(f"seed {seed}; {args.examples} sequences of up to {args.steps} steps"
           + (f"; without {', '.join(sorted(disabled))}" if disabled else "")
@@ -70,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                 # Without the invariant checks between steps (every step is followed by one).
                 print("\n".join(line for line in note.splitlines()
                                 if line.strip() not in ("state.holds()", "")))
-    print(f"\nexplored {counted['sequences']} sequences, {counted['steps']} steps, "
+    print(f"\nexplored {counted['sequences']} sequences, {counted['steps']} steps "
+          f"({counted['preempted']} attempts preempted), "
           f"{time.process_time() - started:.1f} CPU-s (seed {seed})")
     return found
 
@@ -81,7 +88,7 @@ def _value(raw: str):
             return kind(raw)
         except ValueError:
             pass
-    return {"true": True, "false": False}.get(raw.lower(), raw)
+    return {"true": True, "false": False, "none": None}.get(raw.lower(), raw)
 
 
 if __name__ == "__main__":

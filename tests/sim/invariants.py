@@ -12,14 +12,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.sim.ray_model import TERMINAL
+from components.ray.protocol import SETTLE_S
 
 INVARIANTS = {
     "one-live-attempt": "never two live attempts of one run",
     "ended-run-idle": "never a live job of an ended or superseded run after the next tick",
-    "budget": "attempts stay within maxRetries, plus one for each explicit up after a failure",
-    "resume": "a failed, stalled or lost run resumes within two ticks while budget and "
-              "deadline remain",
+    "budget-failures": "attempts after a failure (not a preemption) stay within maxRetries, "
+                       "plus one for each explicit up after a failure",
+    "budget-preemptions": "attempts after a preemption stay within maxPreemptions when set, "
+                          "plus one for each explicit up after a failure",
+    "resume": "a failed, stalled, lost or preempted run resumes within two ticks while the "
+              "budget of the way it ended (maxRetries, maxPreemptions) and the deadline remain",
     "release": "with releaseGpus, the GPUs go back within two ticks of success plus export, "
                "or of giving up",
     "destroy": "destroy from any reachable state completes and leaves no live job",
@@ -35,6 +38,14 @@ PHASE_LINES = (
     ("workers and rollout engine up", ("Training from scratch", "Load from checkpoint")),
 )
 TICKS = 2
+# How an ended attempt counts: a preemption (the world's loss of a node its actors ran on failed
+# it), a failure (anything else: its own exit, a stop, a loss with the head), or either, when
+# what tells them apart is gone or ambiguous by design, so that the program may count it as
+# either: a node it ran on died within SETTLE_S of its end (protocol.classify's window, whose
+# node death Ray may record up to 30 s late); its preemption was lost with the head's tables
+# before its next attempt; or the State API failed (an injected fault) before its next attempt
+# (classify then counts a failure, bounded by maxRetries: docs/run-lifecycle.md).
+PREEMPTION, FAILURE, EITHER = "preemption", "failure", "either"
 
 
 class Violation(AssertionError):
@@ -52,6 +63,7 @@ class Observer:
         self.release: dict[int, list[float]] = {}
         self.failed_ops: list[tuple[str, str, str, bool]] = []
         self.causes: set[str] = set()  # why runs needed a next attempt (failed, stalled, lost)
+        self.endings: dict[int, str] = {}  # a training attempt's serial -> PREEMPTION, ...
 
     def violate(self, name: str, text: str) -> None:
         self.violations.append(f"[{name}] t={self.world.clock.now:.1f}s: {text}")
@@ -70,18 +82,23 @@ class Observer:
         return [job for job in self.world.ray.live() if self.run_of_job.get(job.serial) is run]
 
     def run_failed(self, run: Any) -> bool:
-        """The run's latest attempt ended without success, or its record is gone."""
+        """The run's latest attempt ended without success, or its record is gone (lost with
+        the head, whatever it was: an `up` that submits again after that is the user's)."""
         tried = self.attempts(run)
         if not tried:
             return False
         last = tried[-1]
         gone = self.world.ray.jobs.get(last.sid) is not last
-        return last.status in ("FAILED", "STOPPED") or (gone and last.status not in TERMINAL)
+        return last.status in ("FAILED", "STOPPED") or gone
 
     # --- events ----------------------------------------------------------------------------
     def submitted(self, job: Any) -> None:
         run = self.world.run_of(job)
         self.run_of_job[job.serial] = run
+        actor = self.world.actor
+        if run is not None and self.world.kind_of(job) == "export" and actor is not None \
+                and actor.kind == "up":
+            self.release.pop(run.serial, None)  # an explicit up exports again: not given up
         if run is None or self.world.kind_of(job) != "train":
             return
         others = [j for j in self.live_of(run)
@@ -93,12 +110,33 @@ class Observer:
             actor = self.world.actor
             run.extra_ups += actor is not None and actor.kind == "up"
             run.explicit_after = None
-        allowed = run.config.max_retries + 1 + run.extra_ups
-        if len(self.attempts(run)) > allowed:
-            self.violate("budget", f"attempt {len(self.attempts(run))} of run {run.serial} "
-                         f"submitted; allowed {allowed} (maxRetries {run.config.max_retries}, "
-                         f"{run.extra_ups} explicit ups after a failure)")
+        self._check_budget(run)
         self.resume.pop(run.serial, None)
+        self.release.pop(run.serial, None)  # a new attempt (an explicit up's): not given up
+
+    def _before(self, run: Any) -> tuple[int, int, int]:
+        """(failures, preemptions, either) among the endings of the run's attempts but its
+        newest."""
+        kinds = [self.endings.get(job.serial, FAILURE) for job in self.attempts(run)[:-1]]
+        return kinds.count(FAILURE), kinds.count(PREEMPTION), kinds.count(EITHER)
+
+    def _check_budget(self, run: Any) -> None:
+        """The newest attempt fits both budgets, plus the explicit ups, for some reading of the
+        endings that may count as either."""
+        c = run.config
+        retries = c.max_retries
+        preempts = c.max_preemptions if c.max_preemptions is not None else 10**9
+        f, p, a = self._before(run)
+        excess = min(max(0, f + x - retries) + max(0, p + a - x - preempts)
+                     for x in range(a + 1))
+        if excess > run.extra_ups:
+            tried = self.attempts(run)
+            last = self.endings.get(tried[-2].serial, FAILURE) if len(tried) > 1 else FAILURE
+            name = "budget-preemptions" if last == PREEMPTION else "budget-failures"
+            self.violate(name, f"attempt {len(tried)} of run {run.serial} submitted after "
+                         f"{f} failures, {p} preemptions and {a} of either (maxRetries "
+                         f"{retries}, maxPreemptions {c.max_preemptions}, {run.extra_ups} "
+                         "explicit ups after a failure)")
 
     def ended(self, job: Any) -> None:
         run = self.run_of_job.get(job.serial)
@@ -108,8 +146,10 @@ class Observer:
         if kind == "train":
             stopper = self.stop_actor.get(job.serial)
             by_supervisor = stopper is not None and stopper.kind == "tick" and stopper.run is run
+            if job.status in ("FAILED", "STOPPED"):
+                self.endings[job.serial] = PREEMPTION if job.lost_node else FAILURE
             if job.status == "FAILED":
-                self._needs_resume(run, "failed")
+                self._needs_resume(run, "preempted" if job.lost_node else "failed")
             elif job.status == "STOPPED" and by_supervisor:
                 self._needs_resume(run, "stalled")
             elif job.status == "SUCCEEDED" and not run.config.export:
@@ -121,17 +161,82 @@ class Observer:
                 self._release_due(run)  # the export's budget is spent: given up
 
     def head_lost(self) -> None:
+        self._unknowable()  # before the live attempts become lost ones
         for job in self.world.ray.live():
             run = self.run_of_job.get(job.serial)
             if run is not None and run.ended_at is None and self.world.kind_of(job) == "train":
+                self.endings[job.serial] = FAILURE
                 self._needs_resume(run, "lost")
+
+    def state_unknown(self) -> None:
+        """A State API call (nodes, actors) failed: the preemption of an attempt not yet
+        followed may be read as a failure."""
+        self._unknowable()
+
+    def _unknowable(self) -> None:
+        for run in self.world.runs:
+            tried = self.attempts(run)
+            if run.ended_at is None and tried and self.endings.get(tried[-1].serial) == PREEMPTION:
+                self.endings[tried[-1].serial] = EITHER
+                self._reconsider(run)
+
+    def worker_lost(self) -> None:
+        self.causes.add("worker lost")
+
+    def node_dead(self, node_id: str, at_ms: int) -> None:
+        """Ray marked a node DEAD: an attempt that ran on it and ended, not by its loss, at most
+        SETTLE_S before may be read as a preemption (protocol.classify's window)."""
+        ray = self.world.ray
+        for run in self.world.runs:
+            for job in self.attempts(run):
+                on = job.driver_node_id == node_id or any(
+                    row["node_id"] == node_id and row["job_id"] == job.job_id
+                    for row in ray.gcs.actors if job.job_id)
+                if on and self.endings.get(job.serial) == FAILURE and job.end_ms and \
+                        job.start_ms <= at_ms <= job.end_ms + SETTLE_S * 1000:
+                    self.endings[job.serial] = EITHER
+                    if job is self.attempts(run)[-1]:
+                        self._reconsider(run)
+
+    def _verdict(self, run: Any) -> str | None:
+        """What the budgets say after the run's newest attempt ended: "resume", "give up", or
+        None when it depends on how an ending that may count as either is counted."""
+        c = run.config
+        tried = self.attempts(run)
+        number, last = len(tried) - 1, self.endings.get(tried[-1].serial, FAILURE)
+        _, p, a = self._before(run)
+        verdicts = set()
+        if last in (PREEMPTION, EITHER):  # the program's count of preemptions: p to p + a
+            if c.max_preemptions is None or p + a < c.max_preemptions:
+                verdicts.add("resume")
+            elif p >= c.max_preemptions:
+                verdicts.add("give up")
+            else:
+                verdicts.add(None)
+        if last in (FAILURE, EITHER):  # its failures before: number - p - a to number - p
+            if number - p < c.max_retries:
+                verdicts.add("resume")
+            elif number - p - a >= c.max_retries:
+                verdicts.add("give up")
+            else:
+                verdicts.add(None)
+        return verdicts.pop() if len(verdicts) == 1 else None
 
     def _needs_resume(self, run: Any, cause: str) -> None:
         self.causes.add(cause)
-        if len(self.attempts(run)) < run.config.max_retries + 1:
+        verdict = self._verdict(run)
+        if verdict == "resume":
             self.resume[run.serial] = [self.world.clock.now, 0, cause]
-        else:
+        elif verdict == "give up":
             self._release_due(run)  # the budget is spent: the supervisor gives up
+
+    def _reconsider(self, run: Any) -> None:
+        """The newest attempt's ending became ambiguous: drop what it no longer implies."""
+        verdict = self._verdict(run)
+        if verdict != "resume":
+            self.resume.pop(run.serial, None)
+        if verdict != "give up":
+            self.release.pop(run.serial, None)
 
     def _release_due(self, run: Any) -> None:
         if run.config.release_gpus:

@@ -13,6 +13,10 @@ A Service with no pod behind it: `kubectl port-forward svc/...` resolves it to a
 watches until a pod runs or `--pod-running-timeout`, 1m by default, passes), then fails.
 A head container restart (OOM, eviction, node repair) takes the GCS and its job table with it
 (ray_model.py) and the workers' raylets exit with it; KubeRay restarts them.
+A GPU worker pod lost with its node (a spot VM reclaimed): every reconcile pass creates the
+worker pods a group is missing (:1167 `diff := numExpectedWorkerPods - len(runningPods.Items)`,
+:1183-1214 createWorkerPod), and its raylet joins the head as a new Ray node; `.status.state`
+stays `ready` meanwhile (:2016-2020 only ever sets Ready there).
 """
 
 from __future__ import annotations
@@ -109,6 +113,22 @@ class SimKube:
                 self.world.ray.workers_back()
         self.world.schedule(HEAD_RESTART_S, head)
         self.world.schedule(WORKERS_RESTART_S, workers)
+
+    def lose_worker(self, dead_after_s: float, back_after_s: float) -> None:
+        """The GPU worker's pod is gone with its VM; KubeRay's replacement runs `back_after_s`
+        later (a new VM, the image pulled: an estimate drawn by the world)."""
+        if not (self.head_up and self.workers_up):
+            return
+        self.workers_up = False
+        self.world.observer.worker_lost()
+        self.world.ray.worker_lost(dead_after_s)
+        generation = self.generation
+
+        def back() -> None:
+            if generation == self.generation and self.head_up:
+                self.workers_up = True
+                self.world.ray.workers_back()
+        self.world.schedule(back_after_s, back)
 
     def recreate(self) -> None:
         self.cluster_exists, self.suspend, self.state = True, None, "ready"

@@ -4,7 +4,9 @@ hypothesis's RuleBasedStateMachine draws the run's config, then any sequence of:
 `up`, `up --refresh`, `refresh`, a config change that replaces the run (with or without a new
 cluster check), `destroy`; time passing (CronJob ticks and verl's steps happen on the clock);
 an attempt failing, succeeding, hanging or crashing in a checkpoint save; the next attempts
-crashing at once; the export failing or hanging; a head restart; a tick killed, or a call of
+crashing at once; the export failing or hanging; a head restart; the GPU worker node lost (a
+preemption: Ray marks it dead from 1 s before to 30 s after the job it fails, and KubeRay's
+replacement joins as a new node 60 s or 5 min later); a tick killed, or a call of
 a tick or of `up` timing out, refused or answered 500, at its Nth call; a flaky tracker read.
 tests/sim/invariants.py names the invariants; DISABLED switches rules off (make explore's
 --without), so that one failure does not hide another.
@@ -45,23 +47,27 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.refusals: list[str] = []
 
     @initialize(
-        max_retries=st.integers(0, 2), export=st.booleans(), release=st.booleans(),
+        max_retries=st.integers(0, 2), max_preemptions=st.sampled_from([None, 0, 1]),
+        export=st.booleans(), release=st.booleans(),
         keep=st.sampled_from([2, 1]), wait_for=st.sampled_from(["first-step", "running",
                                                                  "submitted"]),
         linger=st.sampled_from([0.2, 1.0, 3.0]),
         phase=st.floats(0.0, 119.0, allow_nan=False).map(lambda x: round(x, 1)),
     )
     def setup(self, max_retries: int, export: bool, release: bool, keep: int, wait_for: str,
-              linger: float, phase: float) -> None:
-        pinned = {**dict(max_retries=max_retries, export=export, release=release, keep=keep,
-                         wait_for=wait_for, linger=linger, phase=phase), **self.PINNED}
+              linger: float, phase: float, max_preemptions: int | None = None) -> None:
+        pinned = {**dict(max_retries=max_retries, max_preemptions=max_preemptions,
+                         export=export, release=release, keep=keep, wait_for=wait_for,
+                         linger=linger, phase=phase), **self.PINNED}
         max_retries, export, release, keep = (pinned[k] for k in (
             "max_retries", "export", "release", "keep"))
         wait_for, linger, phase = pinned["wait_for"], pinned["linger"], pinned["phase"]
         self.world = World(Params(actor_linger_s=linger, tick_phase_s=phase))
         self.stack.callback(self.world.close)
         self.stack.enter_context(seams.installed(self.world))
-        self.engine = Engine(self.world, Config(max_retries=max_retries, export=export,
+        self.engine = Engine(self.world, Config(max_retries=max_retries,
+                                                max_preemptions=pinned["max_preemptions"],
+                                                export=export,
                                                 release_gpus=release, keep=keep,
                                                 wait_for=wait_for))
 
@@ -151,6 +157,32 @@ class LifecycleMachine(RuleBasedStateMachine):
     @enabled("head_restart")
     def head_restart(self) -> None:
         self.world.kuberay.restart_head()
+
+    @rule(dead_after=st.sampled_from([-1.0, -0.4, 0.0, 10.0, 25.0, 30.0]),
+          back_after=st.sampled_from([60.0, 300.0]), then=st.sampled_from([5.0, 0.0]))
+    @enabled("preempt")
+    def preempt(self, dead_after: float, back_after: float, then: float) -> None:
+        """The GPU worker node is lost: a training on it fails 3 s later, Ray marks the node
+        DEAD `dead_after` seconds after that (ray_model.py worker_lost), KubeRay's replacement
+        joins `back_after` later; `then` seconds pass (5: the failure happens within this step,
+        as it rarely would if the next step were another fault or the sequence's end)."""
+        self.world.kuberay.lose_worker(dead_after, back_after)
+        self.world.clock.sleep(then)
+
+    @rule(dead_after=st.sampled_from([-1.0, -0.4, 0.0, 10.0, 25.0, 30.0]),
+          back_after=st.sampled_from([60.0, 300.0]), then=st.sampled_from([5.0, 0.0]))
+    @enabled("preempt")
+    @precondition(lambda self: self.world is not None and self._training_on_worker())
+    def preempt_training(self, dead_after: float, back_after: float, then: float) -> None:
+        """The same, drawn only while a training attempt's actors run on the worker: `preempt`
+        alone mostly finds nothing running (before `up`, after an end, a head restart)."""
+        self.preempt(dead_after, back_after, then)
+
+    def _training_on_worker(self) -> bool:
+        ray = self.world.ray
+        return any(isinstance(job.driver, verl.Training) and job.driver.alive and any(
+            row["job_id"] == job.job_id and row["node_id"] == ray.worker_node()
+            for row in ray.gcs.actors) for job in ray.live() if job.job_id)
 
     @rule(n=st.integers(1, 4), kind=st.sampled_from(["kill", "timeout"]))
     @enabled("tick_fault")

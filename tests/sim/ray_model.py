@@ -28,6 +28,21 @@ real local head and compares statuses, errors and log reads.
   (state/state_head.py, log/log_manager.py:129-156) and returns the last `lines` lines.
 - A head restart (no GCS fault tolerance) empties the job table, whose records live in the
   GCS's internal KV (common.py:233-252), and kills the drivers, which run on the head.
+- A FAILED record's message is "Job entrypoint command failed with exit code N, last available
+  logs (truncated to 20,000 chars):" and the driver log's last 10 lines (job_supervisor.py
+  :436-448; job_log_storage_client.py:16 NUM_LOG_LINES_ON_ERROR).
+- The State API's nodes and actors, and the job id a driver gets: tests/sim/ray_state.py.
+- A GPU worker node lost (a spot VM reclaimed; `worker_lost`): a driver whose actors ran there
+  fails FAIL_S later with ActorUnavailableError (a surviving actor's call to a lost one fails on
+  its closed socket: on a local Ray 2.47 whose worker node was SIGKILLed, the job FAILED 3 s
+  after the kill with "ray.exceptions.ActorUnavailableError ... RpcError: Socket closed"); a
+  driver that ran there (an entrypoint with GPUs: its supervisor actor is placed with those
+  resources, job_manager.py:533-537) dies with its supervisor actor, which the job monitor
+  finds dead (job_manager.py:244-290). The GCS marks the node DEAD once its health checks
+  fail: on that local Ray (checks tuned to 1 s x 3) 0.4 s before the job's end; with Ray's
+  defaults (ray_config_def.h health_check_period_ms 3000 x health_check_failure_threshold 5,
+  plus health_check_timeout_ms 10000) up to about 30 s after it (util/state/common.py:566-568,
+  "could be delayed up to 30 seconds"): the world draws that delay from [-1, 30] s.
 """
 
 from __future__ import annotations
@@ -37,8 +52,15 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tests.sim.ray_state import DASHBOARD_JOB, NODE_DETAIL, Gcs, job_hex, listing
+
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 ACTOR_PREFIX = "_ray_internal_job_actor_"
+SUPERVISOR_NAMESPACE = "SUPERVISOR_ACTOR_RAY_NAMESPACE"  # job/common.py:33
+FAIL_S = 3.0  # from a worker node's loss to its user's driver failing (seen on a local Ray)
+LOG_LINES_ON_ERROR = 10  # job_log_storage_client.py:16
+UNAVAILABLE = ("ray.exceptions.ActorUnavailableError: The actor {actor} is unavailable: "
+               "RpcError: Socket closed. The actor may or may not be alive.")
 
 
 @dataclass
@@ -56,11 +78,13 @@ class Job:
     driver_node_id: str | None = None
     exit_code: int | None = None
     driver: Any = None  # tests/sim/verl.py: what the entrypoint does
+    job_id: str | None = None  # the driver's Ray job id, once it runs
+    lost_node: str | None = None  # the world's fact: a lost node's actors failed this driver
 
     def details(self) -> dict[str, Any]:
         """JobDetails as GET /api/jobs/<id> returns it (pydantic_models.py JobDetails)."""
         return {
-            "type": "SUBMISSION", "job_id": None, "submission_id": self.sid,
+            "type": "SUBMISSION", "job_id": self.job_id, "submission_id": self.sid,
             "driver_info": None, "status": self.status, "entrypoint": self.entrypoint,
             "message": self.message, "error_type": None, "start_time": self.start_ms,
             "end_time": self.end_ms, "metadata": dict(self.metadata),
@@ -76,6 +100,7 @@ class Job:
 class Actor:
     name: str
     state: str = "ALIVE"
+    node_id: str = ""
 
 
 @dataclass
@@ -100,15 +125,25 @@ class SimRay:
         self.logs: dict[str, list[str]] = {}
         self.serial = 0
         self.submissions: list[Job] = []  # every accepted submission, in order (observable)
-        self.head_started_ms = self.workers_started_ms = 0
+        self.gcs = self._new_gcs()
+        self.worker_id: str | None = self.gcs.new_worker(self._now_ms())
 
     # --- nodes ---------------------------------------------------------------------------
     @property
     def head_node(self) -> str:
         return f"head-{self.generation:02d}" + "0" * 50
 
-    def worker_node(self) -> str:
-        return f"worker-{self.generation:02d}" + "1" * 48
+    def worker_node(self) -> str | None:
+        """The GPU worker's Ray node id while one runs (each pod of it is a new node)."""
+        return self.worker_id
+
+    def _now_ms(self) -> int:
+        return int(self.world.clock.time() * 1000)
+
+    def _new_gcs(self) -> Gcs:
+        gcs = Gcs(self.generation)
+        gcs.node(self.head_node, "10.0.0.2", True, self._now_ms())
+        return gcs
 
     def lose_head(self) -> None:
         """The head's pod or container is gone: the job table, actors and drivers with it."""
@@ -119,14 +154,63 @@ class SimRay:
         self.actors.clear()
         self.logs.clear()  # a new session directory on the new head
         self.up = False
+        self.worker_id = None
 
     def head_back(self) -> None:
         self.generation += 1
         self.up = True
-        self.head_started_ms = int(self.world.clock.time() * 1000)
+        self.gcs = self._new_gcs()  # a new GCS: new tables, job ids from 01000000 again
+        self.worker_id = None
+        if self.world.kuberay.workers_up:
+            self.workers_back()
 
     def workers_back(self) -> None:
-        self.workers_started_ms = int(self.world.clock.time() * 1000)
+        """A worker pod's raylet joins the head (KubeRay created the pod)."""
+        if self.up and self.worker_id is None:
+            self.worker_id = self.gcs.new_worker(self._now_ms())
+
+    def worker_lost(self, dead_after_s: float) -> None:
+        """The GPU worker node is gone (see the module's docstring): its drivers die, the
+        drivers whose actors ran there fail FAIL_S later, and the GCS marks the node DEAD
+        `dead_after_s` after that failure (the delay of its health checks)."""
+        node, self.worker_id = self.worker_id, None
+        if node is None or not self.up:
+            return
+        generation = self.generation
+        for job in list(self.jobs.values()):
+            if job.status in TERMINAL or job.driver is None or not job.driver.alive:
+                continue
+            if job.driver_node_id == node:
+                job.driver.kill()
+                for actor in self.actors.get(job.sid, []):
+                    actor.state = "DEAD"
+                self.world.schedule(self.MONITOR_PERIOD_S,
+                                    lambda sid=job.sid: self._monitor(sid, generation))
+            elif job.job_id and any(row["node_id"] == node and row["job_id"] == job.job_id
+                                    for row in self.gcs.actors):
+                job.driver.at(FAIL_S, lambda job=job: self._unavailable(job, node))
+
+        def dead() -> None:
+            if generation == self.generation:
+                self.gcs.dead(node, self._now_ms())
+                self.world.observer.node_dead(node, self._now_ms())
+        self.world.schedule(FAIL_S + dead_after_s, dead)
+
+    def _unavailable(self, job: Job, node: str) -> None:
+        actor = next(row["actor_id"] for row in self.gcs.actors
+                     if row["node_id"] == node and row["job_id"] == job.job_id)
+        job.lost_node = node
+        job.driver.log(UNAVAILABLE.format(actor=actor))
+        job.driver.exit(1)
+
+    def place(self, job: Job, class_names: list[str]) -> bool:
+        """The driver's actors, placed on the GPU worker (verl's placement groups of GPU
+        bundles; the head has no CPUs for its TaskRunner); False while no worker runs."""
+        if self.worker_id is None or self.jobs.get(job.sid) is not job or not job.job_id:
+            return False
+        for name in class_names:
+            self.gcs.actor(name, "", job.job_id, self.worker_id, "")
+        return True
 
     # --- the REST API --------------------------------------------------------------------
     def handle(self, method: str, url: str, body: bytes | None) -> Reply:
@@ -151,9 +235,9 @@ class SimRay:
                 job = self.jobs.get(rest)
                 return Reply(200, json.dumps(job.details())) if job else _missing(rest)
         if method == "GET" and path == "/api/v0/actors":
-            return self.list_actors(query)
+            return self.list_actors(urllib.parse.parse_qs(parsed.query))
         if method == "GET" and path == "/api/v0/nodes":
-            return self.list_nodes()
+            return self.list_nodes(urllib.parse.parse_qs(parsed.query))
         if method == "GET" and path == "/api/v0/logs/file":
             return self.log_file(query)
         if method == "GET" and path == "/api/version":
@@ -195,7 +279,11 @@ class SimRay:
             return
         job.status, job.message = "RUNNING", "Job is currently running."
         job.driver_node_id = self.worker_node() if on_worker else self.head_node
+        for actor in self.actors.get(job.sid, []):
+            actor.node_id = job.driver_node_id
         job.driver = self.world.driver_for(job)
+        if job.driver.connects:  # ray.init(): the GCS gives the driver its job id
+            job.job_id = self.gcs.next_job()
         job.driver.start()
 
     def log(self, job: Job, line: str) -> None:
@@ -208,11 +296,15 @@ class SimRay:
         if self.jobs.get(job.sid) is job and job.status not in TERMINAL:
             job.status = "STOPPED" if stopped else ("SUCCEEDED" if code == 0 else "FAILED")
             job.exit_code = None if stopped else code
+            tail = "".join(self.logs.get(job.sid, [])[-LOG_LINES_ON_ERROR:])
             job.message = {"STOPPED": "Job was intentionally stopped.",
                            "SUCCEEDED": "Job finished successfully.",
-                           "FAILED": f"Job entrypoint command failed with exit code {code}"}[
-                               job.status]
+                           "FAILED": f"Job entrypoint command failed with exit code {code}, "
+                                     "last available logs (truncated to 20,000 chars):\n"
+                                     + tail}[job.status]
             job.end_ms = int(self.world.clock.time() * 1000)
+        if job.job_id and self.jobs.get(job.sid) is job:
+            self.gcs.job_died(job.job_id)
         generation = self.generation
         actor = self.actors.get(job.sid, [None])[-1]
         self.world.schedule(self.ACTOR_EXIT_S + self.world.params.actor_linger_s,
@@ -264,29 +356,20 @@ class SimRay:
         del self.jobs[sid]
         return Reply(200, json.dumps({"deleted": True}))
 
-    def list_actors(self, query: dict[str, str]) -> Reply:
-        name = query.get("filter_values", "")
-        sid = name[len(ACTOR_PREFIX):] if name.startswith(ACTOR_PREFIX) else None
-        found = [{"name": a.name, "state": a.state, "class_name": "JobSupervisor"}
-                 for a in self.actors.get(sid or "", [])]
-        return Reply(200, json.dumps({"result": True, "msg": "", "data": {"result": {
-            "total": len(found), "num_after_truncation": len(found),
-            "num_filtered": len(found), "result": found}}}))
+    def list_actors(self, query: dict[str, list[str]]) -> Reply:
+        """GET /api/v0/actors (ray_state.py): the jobs' supervisor actors (the dashboard's job)
+        and the drivers' own actors, dead ones included."""
+        dashboard = job_hex(DASHBOARD_JOB)
+        rows = [{"actor_id": f"{i:08x}{dashboard}".ljust(32, "e"), "class_name": "JobSupervisor",
+                 "state": actor.state, "job_id": dashboard, "name": actor.name,
+                 "node_id": actor.node_id or self.head_node, "pid": 100 + i,
+                 "ray_namespace": SUPERVISOR_NAMESPACE}
+                for i, actor in enumerate(a for sid in self.actors for a in self.actors[sid])]
+        return Reply(*listing(rows + self.gcs.actors, query, "actor_id"))
 
-    def list_nodes(self) -> Reply:
-        """GET /api/v0/nodes (state/state_head.py:116-118; NodeState, util/state/common.py
-        :537-570): the head of this generation and, when they run, the GPU workers."""
-        now = int(self.world.clock.time() * 1000)
-        nodes = [{"node_id": self.head_node, "node_ip": "10.0.0.2", "is_head_node": True,
-                  "state": "ALIVE", "node_name": "head", "start_time_ms": self.head_started_ms
-                  or now}]
-        if self.world.kuberay.workers_up:
-            nodes.append({"node_id": self.worker_node(), "node_ip": "10.0.0.3",
-                          "is_head_node": False, "state": "ALIVE", "node_name": "worker",
-                          "start_time_ms": self.workers_started_ms or now})
-        return Reply(200, json.dumps({"result": True, "msg": "", "data": {"result": {
-            "total": len(nodes), "num_after_truncation": len(nodes),
-            "num_filtered": len(nodes), "result": nodes}}}))
+    def list_nodes(self, query: dict[str, list[str]]) -> Reply:
+        """GET /api/v0/nodes (ray_state.py): this head's GCS's nodes, dead workers included."""
+        return Reply(*listing(list(self.gcs.nodes.values()), query, "node_id", NODE_DETAIL))
 
     def log_file(self, query: dict[str, str]) -> Reply:
         sid = query.get("submission_id", "")

@@ -12,6 +12,12 @@ fsdp_checkpoint_manager.py:362), and only then, after data.pt, writes the tracke
 (ray_trainer.py:958-995): a crash in between leaves the tracker on the previous step.
 The export (verl.model_merger, tests/fakes/model_merger.py) reads the tracked step's `actor/`
 and fails if it is missing.
+The training's actors run on the GPU worker (tests/sim/ray_state.py lists them): the TaskRunner
+(main_ppo.py:80, `ray.remote(num_cpus=1)`, "make sure main_task is not scheduled on head"; the
+head starts with num-cpus 0, components/ray/ray_cluster_spec.py) and one WorkerDict per GPU
+(single_controller/ray/base.py:979-998 create_colocated_worker_cls; placed in placement groups
+of GPU bundles, :116-134 get_placement_groups, :516 _init_with_resource_pool). While no worker
+runs, the TaskRunner waits to be scheduled and the driver prints nothing more.
 """
 
 from __future__ import annotations
@@ -23,11 +29,13 @@ import tempfile
 from typing import Any
 
 from components.schema.lifecycle import prune_command
+from tests.sim.ray_state import GPUS
 
 STEP_S = 60.0  # one training step (the first comes STEP_S after the phases): scaled down
 PHASE_AT = (5.0, 15.0, 25.0)
 SAVE_EVERY = 2
 TRACKER_AFTER_S = 20.0  # from a save's actor/ to its tracker write (data.pt in between)
+PLACE_RETRY_S = 5.0  # how often the world looks again for a worker to place the TaskRunner on
 EXPORT_S = 60.0
 CHECK_S = 30.0
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -70,6 +78,7 @@ class Bucket:
 class Driver:
     """Base: a process the job's supervisor actor runs; ends once."""
 
+    connects = True  # calls ray.init(): gets a Ray job id
     def __init__(self, world: Any, job: Any) -> None:
         self.world, self.job = world, job
         self.alive = False
@@ -119,7 +128,14 @@ class Training(Driver):
             self.at(0.5, lambda: (self.log("ImportError: cannot import name 'x' (simulated)"),
                                   self.exit(1)))
             return
-        self.log("(TaskRunner pid=1) TaskRunner hostname: head, PID: 1")
+        self.place()
+
+    def place(self) -> None:
+        if not self.world.ray.place(self.job, ["TaskRunner"] + ["WorkerDict"] * GPUS):
+            self.at(PLACE_RETRY_S, self.place)
+            return
+        bucket = self.run_.bucket
+        self.log("(TaskRunner pid=1) TaskRunner hostname: worker, PID: 1")
         self.at(PHASE_AT[1], lambda: self.log("(TaskRunner pid=1) Total training steps: "
                                               f"{self.run_.total_steps}"))
         resume = bucket.tracker if bucket.tracked_ok() else None
@@ -164,6 +180,9 @@ class Training(Driver):
 
 
 class Export(Driver):
+    connects = False  # verl.model_merger never calls ray.init (no `import ray` in
+    # verl/model_merger/ at b178a3cd5): its record's job_id stays null
+
     def __init__(self, world: Any, job: Any, run: Any) -> None:
         super().__init__(world, job)
         self.run_ = run
@@ -201,6 +220,8 @@ class Check(Driver):
 class Stray(Driver):
     """Any other entrypoint (the conformance script's): `echo <text>` prints and exits 0;
     anything else (`sleep N`) runs until stopped."""
+
+    connects = False
 
     def run(self) -> None:
         if self.job.entrypoint.startswith("echo "):

@@ -223,9 +223,16 @@ class World:
             raise timeout_error(kind)
 
     # --- seams -------------------------------------------------------------------------------
+    def _state_fault(self, fault: str | None, url: str) -> None:
+        """An injected fault on a call that classifies an ending (the nodes, a job's actors)."""
+        if fault in ("refused", "error500") and ("/api/v0/nodes" in url or (
+                "/api/v0/actors" in url and "filter_keys=job_id" in url)):
+            self.observer.state_unknown()
+
     def ray_via_forward(self, method: str, url: str, body: bytes | None) -> tuple[int, str]:
         port = urllib.parse.urlsplit(url).port
         fault = self._io(method in ("POST", "DELETE", "PUT", "PATCH"))
+        self._state_fault(fault, url)
         forward = self.forwards.get(port or 0)
         if fault == "refused" or forward is None or forward.poll() is not None:
             raise requests.ConnectionError("simulated: connection refused / lost")
@@ -239,6 +246,7 @@ class World:
                    _headers: dict[str, str]) -> tuple[int, str]:
         parts = urllib.parse.urlsplit(url)
         fault = self._io(method in ("POST", "DELETE", "PUT", "PATCH"))
+        self._state_fault(fault, url)
         if fault == "refused":
             raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
         if parts.hostname == API_HOST:
