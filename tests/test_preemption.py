@@ -13,7 +13,7 @@ import pytest
 from components.ray import job_provider, protocol
 from components.ray.protocol import Ending, attempt_id
 from tests.fakes.cluster import FileCluster
-from tests.fakes.ray_jobs import FakeRay
+from tests.fakes.ray_jobs import FakeJobs, FakeRay
 from tests.test_supervisor_ticks import RUN, STEP, spec, submit, tick
 
 START, END = 1_000_000_000, 1_000_600_000  # an attempt's start_time and end_time (ms)
@@ -178,6 +178,8 @@ def test_an_up_during_the_ticks_wait_keeps_the_gpus_for_the_attempt_it_submitted
     cluster.mark({"run": RUN, "at": 1.0, "ended": None})
     a0 = submit(ray)
     ray.run(a0)
+    run_spec = spec(max_retries=0)
+    tick(ray, cluster, run_spec, now=time.time())  # a tick that saw the mark, a0 running
     ray.finish(a0, "FAILED")
     a1 = attempt_id(RUN, 1)
 
@@ -197,10 +199,60 @@ def test_an_up_during_the_ticks_wait_keeps_the_gpus_for_the_attempt_it_submitted
 
     monkeypatch.setattr(protocol.time, "sleep", sleep)
     monkeypatch.setattr(cluster, "state", state)
-    run_spec = spec(max_retries=0)
     record = tick(ray, cluster, run_spec, now=time.time())
     assert up == ["marked", "submitted"]
     assert not cluster.suspended() and not record.get("released")
     assert ray.records[a1]["status"] == "RUNNING"
     record = tick(ray, cluster, run_spec, now=time.time())
     assert record["attempt"] == 1 and not record.get("ended") and not cluster.suspended()
+
+
+def test_a_give_up_waits_for_a_tick_that_saw_the_same_mark(world):
+    """A `pulumi up --refresh` that found the attempt ended writes its mark, then waits (for a
+    lost node's death to be recorded) before it resubmits: a tick in between must not give the
+    run up and release the GPUs under the attempt about to come. It gives up only once a tick
+    has seen the same mark before (one tick later, when no up came)."""
+    ray, cluster = world
+    cluster.mark({"run": RUN, "at": 1.0, "ended": None})
+    a0 = submit(ray)
+    ray.run(a0)
+    run_spec = spec(max_retries=0)
+    tick(ray, cluster, run_spec)
+    ray.finish(a0, "FAILED")
+    cluster.mark({"run": RUN, "at": 2.0, "ended": None})  # `pulumi up --refresh` began
+    record = tick(ray, cluster, run_spec)
+    assert not record.get("ended") and not cluster.suspended()
+    record = tick(ray, cluster, run_spec)  # that up never submitted: the run ends now
+    assert "retry budget of 0 spent" in record["state"] and cluster.suspended()
+
+
+@pytest.mark.parametrize("outage_ticks", [1, 2])
+def test_a_state_api_failure_is_asked_again_before_it_counts_as_a_failure(
+        world, monkeypatch, outage_ticks):
+    """Ray's State API failing (a 500 from the node listing) makes the tick look again on the
+    next one instead of deciding: a preemption seen then is resumed under maxRetries 0. Only
+    when the next tick cannot tell either does the ending count as a failure (maxRetries
+    bounds it), so that an outage never stops the run for good."""
+    ray, cluster = world
+    a0 = submit(ray)
+    ray.run(a0)
+    ray.lose_node(a0)
+    failing = [outage_ticks]
+    nodes = FakeJobs.nodes
+
+    def flaky(jobs: FakeJobs) -> list:
+        if failing[0]:
+            raise RuntimeError("listing nodes answered HTTP 500")
+        return nodes(jobs)
+
+    monkeypatch.setattr(FakeJobs, "nodes", flaky)
+    run_spec = spec(max_retries=0)
+    record = tick(ray, cluster, run_spec)
+    assert ray.submissions == [a0] and not record.get("ended")
+    failing[0] -= 1
+    record = tick(ray, cluster, run_spec)
+    if outage_ticks == 1:
+        assert record["attempt"] == 1 and record["ending"]["preempted"]
+    else:
+        assert ray.submissions == [a0] and "retry budget of 0 spent" in record["state"]
+        assert "whether a node was lost is unknown" in record["ending"]["reason"]

@@ -202,14 +202,12 @@ def test_a_preemption_is_resumed_under_its_own_budget(case, invariant, setup, st
 
 # Found by `make explore` (seeds 2026 and 7, without up_fault) on 7ea9fa0, not on 64de651: a
 # tick finds attempt 0 FAILED less than SETTLE_S after its end and sleeps until then to look for a
-# lost node (protocol.classify); meanwhile an explicit `up --refresh` waited out the same settle
-# and submitted attempt 1. The tick wakes, gives attempt 0 up (maxRetries 0) and suspends the
-# RayCluster under attempt 1: its release is guarded by the provider's mark as the tick read it
-# before its sleep, and the provider wrote its mark before its own. Reported, not fixed here
-# (components/ is another engineer's): xfail until the supervisor looks at the run again after
-# its wait.
-@pytest.mark.xfail(strict=True, raises=violation_type("new-run-safe"),
-                   reason="components/: a give-up decided before the settling wait")
+# lost node (protocol.classify); meanwhile an explicit `up --refresh`, which wrote its mark before
+# the tick began, waited out the same settle and submitted attempt 1. The tick woke, gave attempt
+# 0 up (maxRetries 0) and suspended the RayCluster under attempt 1. Fixed in the supervisor: a
+# give-up waits for a tick that saw the same mark on the tick before (_Tick.mark_seen), and a
+# release for a mark unchanged since the tick began (tests/test_preemption.py has both at the
+# tick's level).
 def test_a_give_up_after_the_settling_wait_spares_an_attempt_submitted_meanwhile():
     """Invariant: the RayCluster is never suspended while an attempt of the run is live, also
     when the supervisor decided while it waited SETTLE_S for a node's death."""

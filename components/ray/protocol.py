@@ -235,6 +235,7 @@ class Ending:
 
     preempted: bool
     reason: str
+    known: bool = True  # False: Ray's State API could not say, so it counts as a failure
 
 
 def lost_nodes(info: dict[str, Any], actors: list[dict[str, Any]],
@@ -278,7 +279,8 @@ def classify(
             time.sleep(max(0.0, min(settle_s, ended + settle_s - time.time())))
             lost = _lost(jobs, info)
     except (OSError, RuntimeError, ValueError) as error:
-        return Ending(False, f"{why} (whether a node was lost is unknown: {error})"[:400])
+        return Ending(False, f"{why} (whether a node was lost is unknown: {error})"[:400],
+                      known=False)
     if not lost:
         return Ending(False, why)
     node = lost[0]

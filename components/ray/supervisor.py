@@ -88,6 +88,9 @@ class _Tick:
             record = {"submission_id": self.run_id}  # a new run: the last one's record is moot
         self.record, self.mark = record, state.get(protocol.MARK_KEY) or {}
         self.submitted = state.get(protocol.SUBMITTED_KEY)
+        # Whether the previous tick saw the same mark: if not, a `pulumi up` may be acting on
+        # the run right now (see _next).
+        self.mark_seen = "mark_at" in record and record["mark_at"] == self.mark.get("at")
         intent = record.get("intent") or {}
         if intent.get("action") == "release" and not protocol.not_ours(self.run_id, self.mark):
             self._release(intent["reason"])  # a dead tick's release: no Ray needed (no head)
@@ -252,7 +255,14 @@ class _Tick:
         why = stopped["reason"] if ours else protocol.failure(info, step)
         jobs = self.ray(protocol.attempt_id(self.run_id, number))
         settle_s = self.spec.get("settle_s", protocol.SETTLE_S)  # shorter in tests on a real Ray
-        self._next(number, self._ended(number, protocol.classify(jobs, info, why, step, settle_s)))
+        ending = protocol.classify(jobs, info, why, step, settle_s)
+        if not ending.known and record.get("unknown_ending") != number:
+            # Ray's State API failed: the next tick asks again; a second failure counts it as a
+            # failure (maxRetries bounds that), so that an outage never stops the run for good.
+            record["unknown_ending"] = number
+            self.say(f"attempt {number}: {ending.reason}; the next tick looks again")
+            return
+        self._next(number, self._ended(number, ending))
 
     def _ended(self, number: int, ending: protocol.Ending) -> protocol.Ending:
         """Keep how attempt `number` ended in the record (the outputs' counts read it)."""
@@ -269,7 +279,15 @@ class _Tick:
         preempted = record.get("preempted") or 0
         spent = protocol.budget_left(number, preempted, ending, self.max_retries,
                                      self.max_preemptions)
-        if now - record.get("first_start", now) > self.spec["deadline_s"]:
+        past = now - record.get("first_start", now) > self.spec["deadline_s"]
+        if (past or spent) and not self.mark_seen:
+            # The provider wrote its mark since the last tick (or this is the first): a
+            # `pulumi up --refresh` that found this attempt ended may be resubmitting it, the
+            # user's decision, after waiting as long as this tick did for a lost node. Giving up
+            # now would release the GPUs under that attempt; the next tick decides.
+            self.say(f"attempt {number} ended ({ending.reason}); not giving up before the next "
+                     "tick: `pulumi up` may be acting on the run")
+        elif past:
             self._give_up(number, f"deadline of {_duration(self.spec['deadline_s'])} reached")
         elif spent:
             self._give_up(number, spent)
@@ -451,6 +469,7 @@ class _Tick:
         if (record.get("ended") or record.get("released")) and "settled_mark" not in record:
             record["settled_mark"] = self.mark.get("at")  # the mark as it was when it ended here
         record["updated"] = self.now()
+        record["mark_at"] = self.mark.get("at")
         record["state"] = protocol.describe(record)
         if version is None:
             self.cluster.save(record)
