@@ -370,7 +370,9 @@ def _finite(text: str) -> float | None:
 # - RECORD_KEY, the supervisor's: submission_id (the run id), attempt (the newest attempt it
 #   knows), status, step, step_attempt, last_step_at, first_start, first_step_at, last_failure,
 #   preempted (preemptions before the newest attempt), ending ({"attempt", "preempted",
-#   "reason"}: how the newest attempt ended, once classified),
+#   "reason"}: how the newest attempt ended, once classified), unknown_ending (the attempt
+#   whose classification Ray's State API could not answer once), mark_at (the provider's mark
+#   `at` this tick saw: a give-up needs the next tick to see it unchanged),
 #   intent ({"action": "submit" | "export" | "release", "attempt": n, "reason": ...}, saved
 #   before the action, cleared once its result is saved), stopped ({"attempt", "reason"} of a
 #   stop of its own, saved before the stop), ended ({"attempt", "by", "reason", "at"}),
