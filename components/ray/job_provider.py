@@ -76,8 +76,8 @@ REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "staged", "checked
 # a refresh's finding (see _job_state).
 UPDATE_KEYS = (
     "metadata", "wait_for", "timeout_s", "max_retries", "max_preemptions", "access",
-    "checkpoint_uri", "run_dir",
-    "export_entrypoint", "export_resources", "model_uri", "version", "job_state",
+    "checkpoint_uri", "run_dir", "export_entrypoint", "export_resources", "model_uri", "version",
+    "job_state",
 )
 INPUT_KEYS = (*REPLACE_KEYS, *UPDATE_KEYS)
 OUTPUT_KEYS = (
