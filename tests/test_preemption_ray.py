@@ -39,6 +39,7 @@ from components.ray.supervisor_io import RayHttp
 from tests import local_ray
 from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeRay
+from tests.sim.ray_state import Gcs
 from tests.test_supervisor_ray import POLICY, RAY_CLUSTER, provider_props, spec_for
 
 FAKES = Path(__file__).parent / "fakes"
@@ -363,11 +364,18 @@ def test_refresh_says_how_many_attempts_of_each_kind_ended_and_the_last_reason(a
 # --- The fake Ray's rows against the real ones ----------------------------------------------------
 
 def test_the_fake_rays_node_and_actor_rows_carry_what_the_real_ones_do(after_the_loss):
-    """Every key of a FakeRay node or actor row (tests/fakes/ray_jobs.py), and each job record
-    key classify reads, is in the real row of the same kind (an alive node, a dead one, an
-    actor, an attempt that ended), with a value of the same type: the fake is a claim about
-    Ray 2.47, and this holds it to one."""
+    """Every key of a FakeRay node or actor row (tests/fakes/ray_jobs.py) and of the
+    simulation's (tests/sim/ray_state.py), and each job record key classify reads, is in the
+    real row of the same kind (an alive node, a dead one, an actor, an attempt that ended),
+    with a value of the same type: each fake is a claim about Ray 2.47, and this holds it to
+    one."""
     scene = after_the_loss
+    gcs = Gcs(0)
+    sim_alive = gcs.nodes[gcs.new_worker(1)]
+    sim_dead = dict(gcs.nodes[gcs.new_worker(2)])
+    gcs.dead(sim_dead["node_id"], 3)
+    sim_dead = gcs.nodes[sim_dead["node_id"]]
+    sim_actor = gcs.actor("WorkerDict", "", gcs.next_job(), sim_dead["node_id"], "ns")
     fake = FakeRay()
     jobs = fake("run-a0")
     jobs.submit("true", {}, {})
@@ -383,6 +391,9 @@ def test_the_fake_rays_node_and_actor_rows_carry_what_the_real_ones_do(after_the
                   scene.clients("S")[0].actors_of(info["job_id"])[0]),
         "ended attempt": ({key: record[key] for key in
                            ("job_id", "driver_node_id", "start_time", "end_time")}, info),
+        "the simulation's alive node": (sim_alive, scene.node(scene.w2.node_id)),
+        "the simulation's dead node": (sim_dead, scene.node(scene.w1.node_id)),
+        "the simulation's actor": (sim_actor, scene.clients("S")[0].actors_of(info["job_id"])[0]),
     }
     for kind, (fake_row, real_row) in pairs.items():
         missing = set(fake_row) - set(real_row)
