@@ -43,7 +43,10 @@ from tests.sim.ray_state import Gcs
 from tests.test_supervisor_ray import POLICY, RAY_CLUSTER, provider_props, spec_for
 
 FAKES = Path(__file__).parent / "fakes"
-TRAINER = f"{sys.executable} {FAKES / 'gpu_trainer.py'}"
+# The interpreter of the Ray the cluster runs: this one's, or another release's (`make
+# conformance-a4x` runs this file against A4X's Ray too).
+PYTHON = str(Path(local_ray.RAY).with_name("python")) if local_ray.OTHER_RAY else sys.executable
+TRAINER = f"{PYTHON} {FAKES / 'gpu_trainer.py'}"
 # How long classify waits here for a lost node to be recorded (production: protocol.SETTLE_S,
 # for a GKE node's health checks). This cluster's health checks mark a killed node DEAD ~3 s
 # after the kill (local_ray.CLUSTER_ENV); X ends a few seconds before the kill.
