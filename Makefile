@@ -117,17 +117,16 @@ test: dev node
 explore: dev
 	$(PY) -m tests.sim.explore --examples $(or $(EXAMPLES),300) --steps $(or $(STEPS),40) $(if $(SEED),--seed $(SEED),) $(if $(WITHOUT),--without $(WITHOUT),) $(if $(SETUP),--setup $(SETUP),) $(if $(ONLY),--only $(ONLY),)
 
-## The simulated Ray checked against A4X's Ray (tests/test_sim_conformance.py), and preemptions on a
-## cluster of that Ray (tests/test_preemption_ray.py), both of which make test runs against the 2.47
-## of requirements-dev.txt: a head of the release components/facts/hardware.py pins for a4x, from a
-## virtualenv of its own.
+## The simulated Ray checked against A4X's Ray (tests/test_sim_conformance.py, which make test runs
+## against the 2.47 of requirements-dev.txt): a head of the release components/facts/hardware.py
+## pins for a4x, from a virtualenv of its own.
 RAY_A4X_VENV := .venv-ray-a4x
 $(RAY_A4X_VENV)/.installed: components/facts/hardware.py | $(PY)
 	$(PYTHON) -m venv $(RAY_A4X_VENV)
 	$(RAY_A4X_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "ray[default]==$$($(PY) -c 'from components.facts.hardware import PROFILES, Target; print(PROFILES[Target.A4X].ray_version)')"
 	touch $@
 conformance-a4x: dev $(RAY_A4X_VENV)/.installed
-	VERL_GKE_TEST_RAY=$(RAY_A4X_VENV)/bin/ray $(PY) -m pytest -q -p no:xdist tests/test_sim_conformance.py tests/test_preemption_ray.py
+	VERL_GKE_TEST_RAY=$(RAY_A4X_VENV)/bin/ray $(PY) -m pytest -q -p no:xdist tests/test_sim_conformance.py
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.
 bench: dev
