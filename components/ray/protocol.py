@@ -284,11 +284,11 @@ def classify(
     if not lost:
         return Ending(False, why)
     node = lost[0]
-    why = node.get("state_message") or "no reason given"
+    cause = node.get("state_message") or "no reason given"
     more = f" and {len(lost) - 1} other node(s)" if len(lost) > 1 else ""
-    step_text = f" at step {int(step)}" if step is not None else " before its first step"
-    return Ending(True, f"preempted{step_text}: Ray node {node.get('node_ip')}{more} died "
-                        f"({why})")
+    where = f" at step {int(step)}" if step is not None else " before its first step"
+    return Ending(True, f"preempted{where}: Ray node {node.get('node_ip')}{more} died "
+                        f"({cause})")
 
 
 def _lost(jobs: Jobs, info: dict[str, Any]) -> list[dict[str, Any]]:
