@@ -1,5 +1,5 @@
 """Preemptions against their own budget (issue 30 §2): how an ended attempt is classified
-(protocol.lost_nodes, classify), the two budgets (budget_left, counts), and the supervisor's
+(protocol.lost_nodes, classify), the two budgets (budget_spent, counts), and the supervisor's
 ticks on an in-memory Ray (tests/fakes/ray_jobs.py, whose node and actor rows
 tests/test_preemption_ray.py checks against a real Ray). No Ray is started here.
 """
@@ -53,11 +53,11 @@ def test_a_preemption_spends_its_own_budget_and_a_failure_the_retries():
     unset maxPreemptions is no limit. The failures before attempt N are the attempts before it
     that were not preemptions (attempt 3 after 2 preemptions: 1)."""
     preempted, failed = Ending(True, "preempted"), Ending(False, "FAILED")
-    assert protocol.budget_left(3, 2, failed, max_retries=2, max_preemptions=None) is None
-    assert protocol.budget_left(3, 1, failed, max_retries=2, max_preemptions=None) == (
+    assert protocol.budget_spent(3, 2, failed, max_retries=2, max_preemptions=None) is None
+    assert protocol.budget_spent(3, 1, failed, max_retries=2, max_preemptions=None) == (
         "retry budget of 2 spent")
-    assert protocol.budget_left(50, 50, preempted, max_retries=0, max_preemptions=None) is None
-    assert protocol.budget_left(5, 2, preempted, max_retries=0, max_preemptions=2) == (
+    assert protocol.budget_spent(50, 50, preempted, max_retries=0, max_preemptions=None) is None
+    assert protocol.budget_spent(5, 2, preempted, max_retries=0, max_preemptions=2) == (
         "preemption budget of 2 spent")
     assert protocol.counts(3, 2, {"attempt": 3, "preempted": True}) == {
         "preemptions": 3, "failures": 1}

@@ -415,8 +415,8 @@ def _wait(
                 return attempt, confirmed
             info = confirmed
         ended = attempts.ending(attempt, info) if info["status"] == "FAILED" else None
-        spent = ended and protocol.budget_left(number, protocol.preemptions(info), ended,
-                                               budget, preemptions)
+        spent = ended and protocol.budget_spent(number, protocol.preemptions(info), ended,
+                                                budget, preemptions)
         if ended and not spent:
             used = protocol.counts(number, protocol.preemptions(info), {
                 "attempt": number, "preempted": ended.preempted})

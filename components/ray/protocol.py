@@ -122,14 +122,17 @@ def attempts(listing: list[dict[str, Any]], run_id: str) -> dict[int, dict[str, 
 
 def attempt(info: dict[str, Any] | None) -> int:
     """The attempt a record is, 0 for the first submission."""
-    raw = ((info or {}).get("metadata") or {}).get(ATTEMPT_KEY, "0")
-    return int(raw) if str(raw).isdigit() else 0
+    return _count(info, ATTEMPT_KEY)
 
 
 def preemptions(info: dict[str, Any] | None) -> int:
     """How many attempts before this record's ended by a preemption (0 for a record from before
     this key): the other attempts before it were failures."""
-    raw = ((info or {}).get("metadata") or {}).get(PREEMPTIONS_KEY, "0")
+    return _count(info, PREEMPTIONS_KEY)
+
+
+def _count(info: dict[str, Any] | None, key: str) -> int:
+    raw = ((info or {}).get("metadata") or {}).get(key, "0")
     return int(raw) if str(raw).isdigit() else 0
 
 
@@ -296,8 +299,8 @@ def _lost(jobs: Jobs, info: dict[str, Any]) -> list[dict[str, Any]]:
     return lost_nodes(info, actors, jobs.nodes())
 
 
-def budget_left(number: int, preempted_before: int, ending: Ending, max_retries: int,
-                max_preemptions: int | None) -> str | None:
+def budget_spent(number: int, preempted_before: int, ending: Ending, max_retries: int,
+                 max_preemptions: int | None) -> str | None:
     """Whether an attempt may follow attempt `number` that ended as `ending`, with
     `preempted_before` preemptions among the attempts before it: None, or the budget spent."""
     if ending.preempted:
@@ -383,8 +386,9 @@ def _finite(text: str) -> float | None:
 #   provider's last action on it, "ended": why the provider ended it, or null}. Written before
 #   the provider submits (create, resubmit, export) and before it stops a run it deletes.
 # - SUBMITTED_KEY, the provider's: {"run", "attempt", "preempted"}, the newest attempt it
-#   submitted and the preemptions before it, written before the POST. Ray's job table lives in the head and goes with it; this key does not, so
-#   an attempt that the head lost still counts against the budget (lost_attempt).
+#   submitted and the preemptions before it, written before the POST. Ray's job table lives in
+#   the head and goes with it; this key does not, so an attempt that the head lost still counts
+#   against the budget (lost_attempt).
 RECORD_KEY = "record"
 MARK_KEY = "provider"
 SUBMITTED_KEY = "provider-submitted"

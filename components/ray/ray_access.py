@@ -329,8 +329,7 @@ class RayJobs:
             "filter_predicates": "=",
             "filter_values": f"_ray_internal_job_actor_{self.submission_id}",
         })
-        actors = reply.json()["data"]["result"]["result"]
-        return any(actor["state"] != "DEAD" for actor in actors)
+        return any(actor["state"] != "DEAD" for actor in protocol.state_rows(reply.json()))
 
     def nodes(self) -> list[dict[str, Any]]:
         """Every node the GCS knows, the dead ones with their end and its reason

@@ -277,8 +277,8 @@ class _Tick:
         (maxPreemptions for a preemption, maxRetries for a failure); else give up."""
         record, now = self.record, self.now()
         preempted = record.get("preempted") or 0
-        spent = protocol.budget_left(number, preempted, ending, self.max_retries,
-                                     self.max_preemptions)
+        spent = protocol.budget_spent(number, preempted, ending, self.max_retries,
+                                      self.max_preemptions)
         past = now - record.get("first_start", now) > self.spec["deadline_s"]
         if (past or spent) and not self.mark_seen:
             # The provider wrote its mark since the last tick (or this is the first): a
