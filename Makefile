@@ -14,7 +14,7 @@ STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model outputs curve logs cost test explore conformance-a4x bench clean
+.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model training-stack outputs curve logs cost test explore conformance-a4x bench clean
 
 venv: $(VENV)/.tools-installed
 dev: $(VENV)/.dev-installed
@@ -82,6 +82,12 @@ critical-path: venv
 ## make step-model [STACK=a4|<any stack with a Pulumi.<stack>.yaml>] [NODES="2 8 32"]
 step-model: venv
 	$(PY) -m tools.step_model $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(NODES),--nodes $(NODES),)
+
+## The training stack of each stack (image, verl ref, what the pods add), checked offline against
+## verl at its pinned ref: its config composed and read back, the imports of the code it selects
+## found in the image (docs/training.md, "The training stack"): make training-stack [STACK=a4]
+training-stack: venv
+	$(PY) -m tools.training_stack $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),)
 
 ## Stack outputs of the offline plan, as `pulumi stack output --json` prints them (secrets
 ## masked), checked against schemas/stack-outputs.schema.json: make outputs STACK=a4 [MODE=autopilot]

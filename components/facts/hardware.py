@@ -93,7 +93,6 @@ class HardwareProfile:
     preemptible_gpu_quota: str | None
     # NCCL tuner shipped by the gIB installer; A3 Ultra needs its own (tutorial defect 2).
     nccl_tuner_config: str | None
-    ray_version: str
     worker: PodShape
     worker_ray_cpus: int  # rayStartParams num-cpus: leaves room for system daemons
     shm_size: str  # /dev/shm (Memory emptyDir) of a worker
@@ -132,7 +131,6 @@ _A4 = HardwareProfile(
     min_gke_version=None,
     preemptible_gpu_quota="PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region",
     nccl_tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb",
-    ray_version="2.47.0",
     worker=PodShape(cpu="220", memory="2800Gi", ephemeral_storage="1000Gi"),
     worker_ray_cpus=220,
     shm_size="250Gi",
@@ -190,7 +188,6 @@ PROFILES: dict[Target, HardwareProfile] = {
         preemptible_gpu_quota=None,  # reservation-bound only
         # A4X's gIB plugin picks its tuning through NCCL_ENV_PLUGIN=gcp instead of a tuner file.
         nccl_tuner_config=None,
-        ray_version="2.49.0",
         worker=PodShape(cpu="120", memory="600Gi", ephemeral_storage="500Gi"),
         worker_ray_cpus=120,
         shm_size="200Gi",

@@ -61,7 +61,7 @@ def render_ray_cluster(args: VerlRayClusterArgs) -> dict[str, Any]:
             },
         },
         "spec": {
-            "rayVersion": args.profile.ray_version,
+            "rayVersion": pins.RAY_VERSION,
             "headGroupSpec": _head_group(args),
             "workerGroupSpecs": [_worker_group(args)],
         },
@@ -78,8 +78,8 @@ def _env_from(args: VerlRayClusterArgs) -> dict[str, Any]:
 
 def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
     # No Ray task or actor on the head, on every target: KubeRay would otherwise give the head
-    # its CPU limit as Ray CPUs, and verl's TaskRunner (ray.remote(num_cpus=1), "please make
-    # sure main_task is not scheduled on head", verl/trainer/main_ppo.py:80 at b178a3cd5), its
+    # its CPU limit as Ray CPUs, and verl's TaskRunner (a `@ray.remote` actor, which Ray places
+    # with 1 CPU by default, verl/trainer/main_ppo.py:98 at the pinned ref), its
     # dataloader and its agent-loop and reward workers (agent_loop.py:932-945) would land in the
     # head's 32 GB (TRAINING-REVIEW.md finding 9). KubeRay: "setting num-cpus:"0" for the Ray
     # head pod will prevent Ray workloads with non-zero CPU requirements from being scheduled
@@ -107,7 +107,7 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "initContainers": [
             log_shipper.shipper_container(args.image_ref, "ray-logs", "/tmp/ray", patterns)
         ],
-        "containers": [_with_post_start(container, args.profile.arch)],
+        "containers": [_with_pod_packages(container)],
         "volumes": [
             {"name": "ray-logs", "emptyDir": {}},
             # Ray's object store: without it Ray falls back to /tmp ("The object store is using
@@ -154,7 +154,7 @@ def _worker_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "nodeSelector": _worker_node_selector(args),
         "affinity": _one_worker_per_node(args.cluster_name),
         "tolerations": _tolerations(hw),
-        "containers": [_with_post_start(container, hw.arch)],
+        "containers": [_with_pod_packages(container)],
         "volumes": [
             {"name": "nvidia", "hostPath": {"path": NVIDIA_HOST_PATH}},
             {"name": "gib", "hostPath": {"path": GIB_HOST_PATH}},
@@ -210,13 +210,23 @@ def _checkpoint_volume(args: VerlRayClusterArgs) -> dict[str, Any]:
     return {"name": CHECKPOINT_VOLUME, "csi": {"driver": CSI_DRIVER, "volumeAttributes": attributes}}
 
 
-def _with_post_start(container: dict[str, Any], arch: Arch) -> dict[str, Any]:
-    """The arm64 image's verl needs TransferQueue, which it does not ship (the tutorial's hook)."""
-    if arch is Arch.ARM64:
-        install = f"pip3 install --quiet TransferQueue=={pins.TRANSFER_QUEUE_VERSION}"
-        container["lifecycle"] = {
-            "postStart": {"exec": {"command": ["/bin/bash", "-c", install]}}
-        }
+def _with_pod_packages(container: dict[str, Any]) -> dict[str, Any]:
+    """Install what verl needs and the image lacks (pins.POD_PACKAGES), when the pod starts.
+
+    The tutorial's postStart hook, on every architecture (it had it on A4X only, where the V1
+    trainer's TransferQueue was needed as much as anywhere else), and with --no-deps: pip resolves
+    nothing and moves none of the image's packages. Kubernetes runs the hook beside the
+    container's command, in no set order, but reports the container Running (and the pod Ready)
+    only once the hook has returned, and kills and restarts the container when it fails (the
+    kubelet's FailedPostStartHook event says why). verl first imports transfer_queue in the
+    training's TaskRunner, after the RayCluster is ready and the ClusterCheck has passed.
+    """
+    requirements = " ".join(package.requirement for package in pins.POD_PACKAGES)
+    install = (
+        "python3 -m pip install --quiet --no-deps --disable-pip-version-check "
+        f"{requirements}"
+    )
+    container["lifecycle"] = {"postStart": {"exec": {"command": ["/bin/bash", "-c", install]}}}
     return container
 
 
