@@ -30,8 +30,8 @@ def test_the_defaults_execute_a_step_faster_than_the_tutorials_settings_on_its_c
     (larger log-prob micro batches, a smaller rollout TP; on A4X, MNNVL and micro 32) model a
     shorter step."""
     hw = profile(target)
-    mnnvl = hw.target is Target.A4X
-    tutorial = step_model.tutorial(hw.target)
+    mnnvl = step_model.program_mnnvl(hw)
+    tutorial = step_model.tutorial(hw)
     ours = GrpoRunConfig().model_copy(update={"use_kl_loss": tutorial.use_kl_loss})
     assert (step_model.run_row(hw, hw.default_nodes, ours, mnnvl)["step"]
             < step_model.run_row(hw, hw.default_nodes, tutorial, False)["step"])

@@ -126,7 +126,6 @@ class RunTime:
 def run_time(stack: str, inputs: plan.StackInputs, recording: mockrun.Recording) -> RunTime | None:
     """Set-up (the critical path of the stack's plan) and training (the step model of the stack's
     own job, target and node count); None where the step model refuses the job."""
-    from components.facts.hardware import Target as _Target
     from components.schema import config as stack_config
     from tools import critical_path, step_model
 
@@ -134,7 +133,7 @@ def run_time(stack: str, inputs: plan.StackInputs, recording: mockrun.Recording)
     config = stack_config.load(inputs.config, inputs.secret_keys, stack, plan.project_name())
     hw = config.hardware
     # A4X's default runs FSDP over multi-node NVLink (step_model's "default" row).
-    row = step_model.run_row(hw, config.nodes, config.run, mnnvl=hw.target is _Target.A4X)
+    row = step_model.run_row(hw, config.nodes, config.run, mnnvl=step_model.program_mnnvl(hw))
     if "refused" in row:
         return None
     return RunTime(

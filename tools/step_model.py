@@ -44,6 +44,7 @@ from components.facts.expectations import EXPECTATIONS
 from components.facts.hardware import PROFILES, HardwareProfile, Target, profile
 from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.schema.run import GrpoRunConfig, resolve, run_problems
+from components.schema.run_env import runtime_env
 from components.schema.run_memory import kv_bytes_per_token
 
 NODE_COUNTS = (2, 8, 32)
@@ -80,19 +81,26 @@ class Settings:
     mnnvl: bool  # A4X FSDP collectives over multi-node NVLink (NCCL cuMem on)
 
 
-def tutorial(target: Target) -> GrpoRunConfig:
-    """The tutorial's job for the target (TUTORIAL.md, "GrpoJob")."""
-    if target is Target.A4X:
-        return GrpoRunConfig(train_batch_size=256, ppo_mini_batch_size=64,
-                             ppo_micro_batch_size_per_gpu=8, tensor_model_parallel_size=4,
-                             rollout_log_prob_micro_batch_size_per_gpu=16,
-                             ref_log_prob_micro_batch_size_per_gpu=16, use_kl_loss=True,
-                             fsdp_size=-1, offload="none", gpu_memory_utilization=0.6)
-    return GrpoRunConfig(train_batch_size=256, ppo_mini_batch_size=256,
-                         ppo_micro_batch_size_per_gpu=64, tensor_model_parallel_size=8,
-                         rollout_log_prob_micro_batch_size_per_gpu=8,
-                         ref_log_prob_micro_batch_size_per_gpu=4, use_kl_loss=False,
-                         fsdp_size=-1, offload="none", gpu_memory_utilization=0.6)
+def tutorial(hw: HardwareProfile) -> GrpoRunConfig:
+    """The tutorial's job for the target (its row's `tutorial_job`; TUTORIAL.md, "GrpoJob"):
+    FSDP over every GPU, no offload, vLLM at 0.6 of the GPU, on every target."""
+    job = hw.tutorial_job
+    return GrpoRunConfig(
+        train_batch_size=job.train_batch_size, ppo_mini_batch_size=job.ppo_mini_batch_size,
+        ppo_micro_batch_size_per_gpu=job.ppo_micro_batch_size_per_gpu,
+        tensor_model_parallel_size=job.tensor_model_parallel_size,
+        rollout_log_prob_micro_batch_size_per_gpu=job.rollout_log_prob_micro_batch_size_per_gpu,
+        ref_log_prob_micro_batch_size_per_gpu=job.ref_log_prob_micro_batch_size_per_gpu,
+        use_kl_loss=job.use_kl_loss, fsdp_size=-1, offload="none", gpu_memory_utilization=0.6,
+    )
+
+
+def program_mnnvl(hw: HardwareProfile) -> bool:
+    """Whether the program's job runs FSDP over multi-node NVLink: its runtime env turns NCCL's
+    cuMem on (components/schema/run_env.py, NCCL_CUMEM_ENABLE=1 for a row whose NVLink domain
+    spans nodes), without which NCCL does not use MNNVL and verl sets it off."""
+    env = runtime_env(hw, hw.default_nodes)["env_vars"]
+    return env.get("NCCL_CUMEM_ENABLE") == "1"
 
 
 def settings(run: GrpoRunConfig, hw: HardwareProfile, nodes: int, mnnvl: bool) -> Settings:
@@ -200,9 +208,9 @@ def report(stacks: list[str], nodes: tuple[int, ...], targets: dict[str, str] | 
     for stack in stacks:
         hw = profile(targets.get(stack, stack))
         for n in counts(hw, nodes):
-            variants = [("tutorial", tutorial(hw.target), False),
-                        ("default", GrpoRunConfig(), hw.target is Target.A4X)]
-            if hw.target is Target.A4X:
+            mnnvl = program_mnnvl(hw)
+            variants = [("tutorial", tutorial(hw), False), ("default", GrpoRunConfig(), mnnvl)]
+            if mnnvl:
                 variants.append(("no-mnnvl", GrpoRunConfig(), False))
             for label, run, mnnvl in variants:
                 row = run_row(hw, n, run, mnnvl)
