@@ -57,9 +57,10 @@ node_modules/.installed: package.json package-lock.json
 plan: venv
 	$(PY) -m tools.plan --stack $(STACK) $(if $(MODE),--mode $(MODE),)
 
+## Render every shipped stack in every mode it runs in (the one list: tools/stacks.py)
 plan-all: venv
-	for s in a4 a3u a4x; do $(PY) -m tools.plan --stack $$s --quiet || exit 1; done
-	for s in a4 a3u; do $(PY) -m tools.plan --stack $$s --mode autopilot --quiet || exit 1; done
+	@stacks="$$($(PY) -m tools.stacks --plan-args)" && echo "$$stacks" | while read -r args; do \
+	  $(PY) -m tools.plan $$args --quiet || exit 1; done
 
 ## Run the policy pack (policy/) against a stack's offline plan, in the pack's own venv:
 ## make policy STACK=a4 [MODE=autopilot] [POLICY_CONFIG=levels.json (as --policy-pack-config)]
