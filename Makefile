@@ -79,8 +79,9 @@ diff: venv
 critical-path: venv
 	$(PY) -m tools.critical_path --stack $(STACK) $(if $(MODE),--mode $(MODE),)
 
-## Modelled step time and GPU-hours of a default run per stack and node count (an estimate):
-## make step-model [STACK=a4|<any stack with a Pulumi.<stack>.yaml>] [NODES="2 8 32"]
+## Modelled step time and GPU-hours of a run (an estimate): every target's tutorial job and
+## defaults per node count, or a stack's own job at its (or NODES') node count:
+## make step-model [STACK=<any stack with a Pulumi.<stack>.yaml>] [NODES="2 8 32"]
 step-model: venv
 	$(PY) -m tools.step_model $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(NODES),--nodes $(NODES),)
 
@@ -101,9 +102,9 @@ logs: venv
 
 ## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table),
 ## and one run (an estimate: set-up and training time x the price):
-## make cost [STACK=<any stack with a Pulumi.<stack>.yaml>] [PRICES=my-prices.json]
+## make cost [STACK=<any stack with a Pulumi.<stack>.yaml>] [PRICES=my-prices.json] [CATALOG=vms.csv]
 cost: venv
-	@$(PY) -m tools.cost $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(PRICES),--prices $(PRICES),)
+	@$(PY) -m tools.cost $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(PRICES),--prices $(PRICES),) $(if $(CATALOG),--catalog $(CATALOG),)
 
 ## Run the whole test suite (CI calls this through .ci/run). Three workers on two cores: the
 ## real-Ray tests spend most of their time waiting for jobs, and the third worker fills it.

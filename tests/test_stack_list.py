@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from tests import conftest
-from tools import plan, stacks
+from tools import cost, plan, stacks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def test_the_list_is_every_shipped_stack_in_every_mode_its_target_runs_in():
 def test_the_tests_plan_all_the_workflow_and_cost_read_the_one_list():
     """tests/conftest.py's STACK_MODES is the list; `make plan-all` plans each of its entries
     through tools.stacks (no stack named in the recipe); the cloud preview's matrix is its
-    stacks."""
+    stacks; `make cost` defaults to them."""
     assert conftest.STACK_MODES == list(stacks.STACK_MODES)
     makefile = (ROOT / "Makefile").read_text()
     recipe = makefile.split("\nplan-all:", 1)[1].split("\n\n", 1)[0]
@@ -44,3 +44,4 @@ def test_the_tests_plan_all_the_workflow_and_cost_read_the_one_list():
                        "--stack a3u --mode autopilot", "--stack a4x"]
     workflow = yaml.safe_load((ROOT / ".github/workflows/pull-request.yml").read_text())
     assert workflow["jobs"]["preview"]["strategy"]["matrix"]["stack"] == list(stacks.STACKS)
+    assert cost.STACKS is stacks.STACKS
