@@ -185,10 +185,10 @@ def test_a_bad_prices_file_is_refused_with_the_key_and_the_fix(tmp_path, capsys,
     assert message in err and str(prices) in err and "Traceback" not in err
 
 
-def _own_stack(directory: Path, name: str, extra: str = "") -> None:
+def _own_stack(directory: Path, name: str, extra: str = "", base: str = "a4x") -> None:
     """A stack file of the user's own (`Pulumi.<name>.yaml`), as `pulumi stack init` and
-    `pulumi config set` would write it: the a4x example's, with `extra` config lines."""
-    text = (ROOT / "Pulumi.a4x.yaml").read_text()
+    `pulumi config set` would write it: the `base` example's, with `extra` config lines."""
+    text = (ROOT / f"Pulumi.{base}.yaml").read_text()
     (directory / f"Pulumi.{name}.yaml").write_text(text.replace("config:\n", "config:\n" + extra, 1))
 
 
@@ -235,9 +235,7 @@ def test_an_autopilot_stack_of_ones_own_is_costed_without_provisioning_modes(tmp
     costed once (not refused for a spot or flex-start variant Autopilot cannot have), shown as
     autopilot, its GPUs said not to be counted rather than counted as free."""
     monkeypatch.setattr(plan, "STACK_DIR", tmp_path)
-    text = (ROOT / "Pulumi.a4.yaml").read_text()
-    (tmp_path / "Pulumi.team-ap.yaml").write_text(
-        text.replace("config:\n", "config:\n  verl-gke:clusterMode: autopilot\n", 1))
+    _own_stack(tmp_path, "team-ap", "  verl-gke:clusterMode: autopilot\n", base="a4")
     assert cost.main(["--stack", "team-ap"]) == 0
     out = capsys.readouterr().out
     assert "| team-ap | autopilot | 0 | 1 regional cluster |" in out
@@ -251,9 +249,7 @@ def test_a_reservation_stack_is_costed_in_every_mode(tmp_path, monkeypatch, caps
     "reservation is set but provisioning is 'spot'"."""
     monkeypatch.setattr(plan, "STACK_DIR", tmp_path)
     cost.stack_cost.cache_clear()  # cached per stack name; another test's `res` is another file
-    text = (ROOT / "Pulumi.a4.yaml").read_text()
-    (tmp_path / "Pulumi.res.yaml").write_text(
-        text.replace("config:\n", "config:\n  verl-gke:reservation: acme-a4-res\n", 1))
+    _own_stack(tmp_path, "res", "  verl-gke:reservation: acme-a4-res\n", base="a4")
     assert cost.main(["--stack", "res"]) == 0
     out = capsys.readouterr().out
     assert "| res | 2 × a4-highgpu-8g + 1–5 × c2-standard-16 + 1 regional cluster | 16 |" in out
