@@ -24,17 +24,22 @@ def test_the_report_says_it_is_an_estimate_and_covers_every_stack():
 
 
 @pytest.mark.parametrize("target", [t.value for t in Target])
-def test_the_defaults_execute_a_step_faster_than_the_tutorials_settings_on_its_cluster(target):
+def test_the_defaults_execute_a_step_no_slower_than_the_tutorials_settings_on_its_cluster(target):
     """On the tutorial's own cluster, with the same KL setting (the defaults' KL loss is a
     training choice that costs one reference pass), the derived defaults' execution settings
     (larger log-prob micro batches, a smaller rollout TP; on A4X, MNNVL and micro 32) model a
-    shorter step."""
+    step no longer than the tutorial's and less time in collectives, and a shorter step on A4X.
+    At the pinned verl's max_num_seqs (1024) the tutorial's TP 8 replicas also decode their
+    sequences in one wave, so on a4/a3u the rollouts model alike."""
     hw = profile(target)
     mnnvl = step_model.program_mnnvl(hw)
     tutorial = step_model.tutorial(hw)
     ours = GrpoRunConfig().model_copy(update={"use_kl_loss": tutorial.use_kl_loss})
-    assert (step_model.run_row(hw, hw.default_nodes, ours, mnnvl)["step"]
-            < step_model.run_row(hw, hw.default_nodes, tutorial, False)["step"])
+    mine = step_model.run_row(hw, hw.default_nodes, ours, mnnvl)
+    theirs = step_model.run_row(hw, hw.default_nodes, tutorial, False)
+    assert mine["step"] <= theirs["step"] and mine["collectives"] < theirs["collectives"]
+    if mnnvl:
+        assert mine["step"] < theirs["step"]
 
 
 def test_mnnvl_speeds_up_a4x_collectives_by_nvlink_over_the_nodes_nics():

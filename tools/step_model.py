@@ -60,7 +60,9 @@ CHECKPOINT_GBPS_PER_NODE = 1.5  # the review's 1-2 GB/s per node through the gcs
 DATASET_PROMPTS = 7473
 MEAN_TOKENS = 450
 MEAN_PROMPT_TOKENS = 150
-MAX_NUM_SEQS = 256  # vLLM's per-replica batch, verl's default (_generated_ppo_trainer.yaml:212)
+# vLLM's per-replica batch: verl's rollout.max_num_seqs (verl/trainer/config/
+# _generated_ppo_trainer.yaml:265 at the pinned ref; 256 at b178a3cd5).
+MAX_NUM_SEQS = 1024
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ def tutorial(hw: HardwareProfile) -> GrpoRunConfig:
 def program_mnnvl(hw: HardwareProfile) -> bool:
     """Whether the program's job runs FSDP over multi-node NVLink: its runtime env turns NCCL's
     cuMem on (components/schema/run_env.py, NCCL_CUMEM_ENABLE=1 for a row whose NVLink domain
-    spans nodes), without which NCCL does not use MNNVL and verl sets it off."""
+    spans nodes), without which NCCL does not use MNNVL (verl up to v0.7 set it off)."""
     env = runtime_env(hw, hw.default_nodes)["env_vars"]
     return env.get("NCCL_CUMEM_ENABLE") == "1"
 
@@ -254,11 +256,11 @@ def report(stacks: list[str], nodes: tuple[int, ...], configs: dict | None = Non
                 lines.append(_line(stack, n, hw, label, run_row(hw, n, run, with_mnnvl)))
     lines += [
         "",
-        "tutorial: the tutorial's job as written for 2 x 8 / 4 x 4 GPUs, with verl's "
-        "NCCL_CUMEM_ENABLE=0 (A4X FSDP over RDMA).",
+        "tutorial: the tutorial's job as written for 2 x 8 / 4 x 4 GPUs, with "
+        "NCCL_CUMEM_ENABLE=0 as verl up to v0.7 set it (A4X FSDP over RDMA).",
         "default: this program's derived defaults; A4X with NCCL_CUMEM_ENABLE=1 (FSDP over "
         "multi-node NVLink).",
-        "no-mnnvl: the defaults with verl's NCCL_CUMEM_ENABLE=0 left in place (A4X).",
+        "no-mnnvl: the defaults with NCCL_CUMEM_ENABLE=0 (A4X), as verl up to v0.7 set it.",
         "stack: the stack file's own job (its target, `job` settings and, unless NODES is given, "
         "its node count), as `make cost` models it.",
         "step s = rollout + per phase max(compute, comm) + weight sync + checkpoint share.",
