@@ -270,7 +270,13 @@ READBACK: dict[str, ReadBack] = {
     "pulumi:providers:kubernetes": ReadBack(
         "a provider's stored inputs against its new ones (K8S provider.go:454 DiffConfig); the "
         "kubeconfig is built from the cluster's DNS endpoint (or, with controlPlaneCidrs, its IP "
-        "endpoint and CA), which do not change; so is clusterIdentifier (the cluster's name and CA)"),
+        "endpoint and CA), which do not change; clusterIdentifier is the Stash's output "
+        "(components/cluster/kubeconfig.py provider_identity)"),
+    # The engine's builtin Stash: create returns {input, output: input}, an update keeps the old
+    # output (pulumi/pulumi pkg/resource/deploy/builtins.go:225-262 @1b5949891b); its diff
+    # compares `input` only (:184-195), which the program ignores.
+    "pulumi:index:Stash": ReadBack(
+        "the builtin provider's stored `input` against the new one (pulumi builtins.go:184-195)"),
     "kubernetes:helm.sh/v3:Release": ReadBack(
         "the release's stored `__inputs` against the new inputs (K8S helm_release.go:795-855)"),
     **{
