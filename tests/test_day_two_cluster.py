@@ -160,3 +160,18 @@ def test_the_first_up_with_the_stash_leaves_the_provider_as_it_is(monkeypatch):
         _after_create(before), after, plan_diff.pickled_providers(upgraded))
     assert [(c.kind, c.type) for c in changes] == [("add", STASH)]
     assert stash["options"]["ignoreChanges"] == ["input"]
+
+
+def test_a_stack_without_tracker_keys_sends_its_secret_no_data():
+    """The API server stores no empty map (Secret.data is `omitempty`): a Secret sent with
+    `data: {}` differs from its live object on every `up`, and pulumi-kubernetes replaces a
+    Secret whose data changed (tools/force_new.py). The trackers Secret of a stack with no
+    tracker key is sent without `data`, and the read-back model drops an empty map, so the
+    steady-state replay would show the update (tests/test_steady_state.py)."""
+    from tools import readback
+
+    _, recording = plan.run_program("a4", "standard")
+    secret = recording.one(SECRET, "trackers-secret")
+    assert "data" not in secret.inputs
+    sent_empty = {"type": SECRET, "inputs": {"type": "Opaque", "data": {}}}
+    assert "data" not in readback.state_after_create(sent_empty)["inputs"]
