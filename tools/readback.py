@@ -301,6 +301,7 @@ READBACK: dict[str, ReadBack] = {
             "kubernetes:core/v1:PersistentVolume", "kubernetes:core/v1:PersistentVolumeClaim",
             "kubernetes:core/v1:ResourceQuota", "kubernetes:core/v1:ServiceAccount",
             "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+            "kubernetes:policy/v1:PodDisruptionBudget",
             "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate",
             # Custom resources: not normalised (no typed scheme), so a field the server rewrote
             # would differ; CRD defaults land outside the sent fields and are pruned.
