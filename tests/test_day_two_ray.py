@@ -99,3 +99,28 @@ def test_the_pods_digest_ignores_what_does_not_recreate_pods():
     assert verl_ray_cluster.spec_digest(counted) == digest
     counted["headGroupSpec"]["template"]["spec"]["a"] = 2
     assert verl_ray_cluster.spec_digest(counted) != digest
+
+
+@pytest.mark.parametrize(("stack", "mode"), [("a4", "standard"), ("a4", "autopilot"), ("a4x", "standard")])
+def test_the_ray_head_is_protected_from_voluntary_evictions(stack, mode):
+    """The head holds the run's driver and Ray's GCS: a drain or a scale-down that moves it
+    costs the run an attempt. Its pod template says the cluster autoscaler must not evict it
+    (`safe-to-evict: "false"`), a PodDisruptionBudget selecting exactly the head allows no
+    voluntary eviction of a ready head (a broken one may go), and every container the program
+    gives the head requests what it is limited to, so under node pressure its usage never
+    exceeds its requests (the kubelet evicts such pods first)."""
+    from tests.k8s_schemas import validate_core
+
+    _, recording = plan.run_program(stack, mode)
+    ray_cluster = recording.one(RAY_CLUSTER).plain_inputs
+    head = ray_cluster["spec"]["headGroupSpec"]["template"]
+    assert head["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+    for container in [*head["spec"]["containers"], *head["spec"].get("initContainers", [])]:
+        assert container["resources"]["requests"] == container["resources"]["limits"], container["name"]
+    budget = recording.one("kubernetes:policy/v1:PodDisruptionBudget").plain_inputs
+    validate_core(budget)
+    assert budget["spec"]["maxUnavailable"] == 0
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert budget["spec"]["selector"]["matchLabels"] == {
+        "ray.io/cluster": ray_cluster["metadata"]["name"], "ray.io/node-type": "head"}
+    assert budget["metadata"]["namespace"] == ray_cluster["metadata"]["namespace"]
