@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from google.protobuf import json_format
-
 import pulumi
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import resource as pulumi_resource
@@ -44,6 +42,16 @@ SECRET = "[secret]"
 FAKE_PROJECT_NUMBER = "000000000000"
 FAKE_CA = "RkFLRS1DQQ=="  # base64("FAKE-CA")
 FAKE_DNS_ID = "0123456789abcdef"  # the DNS endpoint's unique part (gke-<id>-<number>.<region>.gke.goog)
+
+
+def _proto_value(value) -> Any:
+    """A protobuf `Value` (what the SDK sends a replacement trigger as) as plain data."""
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return {key: _proto_value(inner) for key, inner in value.struct_value.fields.items()}
+    if kind == "list_value":
+        return [_proto_value(inner) for inner in value.list_value.values]
+    return None if kind in (None, "null_value") else getattr(value, kind)
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,7 @@ class Options:
             provider=request.provider.rsplit("::", 1)[0] if request.provider else None,
             aliases=tuple(a.spec.name for a in request.aliases if a.HasField("spec") and a.spec.name),
             replacement_trigger=(
-                json_format.MessageToDict(request.replacement_trigger)
+                _proto_value(request.replacement_trigger)
                 if request.HasField("replacement_trigger") else None
             ),
         )
