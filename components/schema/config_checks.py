@@ -59,7 +59,10 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             "bucket you filled yourself"
         )
     problems += tracker_problems(config)
-    if not nodes_problem:  # the run's checks divide by the GPU count
+    # The run's checks divide by the GPU count, so they need at least one node; a count out of
+    # range but positive is the user's, and the run's problems with it are reported in the same
+    # round (the TP and the batch are checked against it, not held back: RE-10).
+    if config.nodes >= 1:
         problems += run_problems(config.run, config.hardware, config.nodes)
     problems += brought_problems(config.run, config.bucket)
     problems += staging_problems(config.staging)
@@ -158,11 +161,18 @@ def _capacity_problems(config: StackConfig) -> list[str]:
     hw = config.hardware
     reservation_set = bool(config.reservation)
     if config.autopilot:
-        if reservation_set or config.provisioning is not Capacity.RESERVATION:
+        # Each message names only the keys that are set (RE-11): provisioning's default is
+        # reservation, so it is set when it is anything else.
+        set_keys = [f"{namespace()}:reservation = {quoted(config.reservation)}"] if reservation_set else []
+        if config.provisioning is not Capacity.RESERVATION:
+            set_keys.append(f"{namespace()}:provisioning = {config.provisioning.value!r}")
+        if set_keys:
+            them = "them" if len(set_keys) > 1 else "it"
             return [
-                f"{namespace()}:reservation / provisioning are set, but Autopilot places GPU pods "
-                "on Spot capacity it manages itself (the tutorial's compute class) and would "
-                f"ignore them: remove them, or set {namespace()}:clusterMode to standard to use them"
+                f"{' and '.join(set_keys)} {'are' if len(set_keys) > 1 else 'is'} set, but "
+                "Autopilot places GPU pods on Spot capacity it manages itself (the tutorial's "
+                f"compute class) and would ignore {them}: remove {them}, or set "
+                f"{namespace()}:clusterMode to standard to use {them}"
             ]
         return []
     problems = []
