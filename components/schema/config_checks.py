@@ -22,6 +22,7 @@ from components.schema.choices import Capacity
 from components.schema.observability import observability_problems
 from components.schema.pulumi_forms import namespace
 from components.schema.run import brought_problems, run_problems
+from components.schema.run_experiment import experiment_problems, job_key
 from components.schema.staging import staging_problems
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ def cross_field_problems(config: StackConfig) -> list[str]:
     if config.nodes >= 1:
         problems += run_problems(config.run, config.hardware, config.nodes)
     problems += brought_problems(config.run, config.bucket)
+    problems += experiment_problems(config.run, config.bucket, job_key)
     problems += staging_problems(config.staging)
     problems += observability_problems(config)
     return problems
