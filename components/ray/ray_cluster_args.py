@@ -146,7 +146,7 @@ def problems(args: VerlRayClusterArgs) -> list[str]:
     if floating_tag(args.image_ref):
         found.append(
             f"image = {args.image_ref!r} has a floating tag: pin a tag that names one build "
-            "(e.g. verlai/verl:vllm011.dev7) or a digest (@sha256:...)"
+            "(e.g. verlai/verl:vllm023.dev1) or a digest (@sha256:...)"
         )
     return found
 

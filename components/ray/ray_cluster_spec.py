@@ -42,6 +42,13 @@ NVIDIA_LIB64 = "/usr/local/nvidia/lib64"
 # 32 GB; a Memory emptyDir counts against the pod's memory limit, so it is bounded there too.
 HEAD_SHM_SIZE = "10Gi"
 
+# The cluster autoscaler never removes a node to move this pod (the head holds the run's driver
+# and Ray's GCS; moving it is a head loss, a failed attempt). With the head's
+# PodDisruptionBudget (verl_ray_cluster.py) it also keeps the system pool from consolidating
+# the head's node away. What still evicts the head: docs/operations.md, "Node upgrades and
+# repairs".
+HEAD_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+
 BUCKET_VOLUME = "training-bucket-vol"
 CHECKPOINT_VOLUME = "checkpoint-bucket-vol"
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"
@@ -62,10 +69,25 @@ def render_ray_cluster(args: VerlRayClusterArgs) -> dict[str, Any]:
         },
         "spec": {
             "rayVersion": pins.RAY_VERSION,
+            **_upgrade_strategy(args),
             "headGroupSpec": _head_group(args),
             "workerGroupSpecs": [_worker_group(args)],
         },
     }
+
+
+def _upgrade_strategy(args: VerlRayClusterArgs) -> dict[str, Any]:
+    """Where the operator is the pinned chart (KubeRay v1.7.0, A4X): `Recreate`, so that a
+    changed spec (image, pod shape) deletes every Ray pod and KubeRay creates them from the new
+    template; unset, KubeRay keeps the running pods (ray-operator/controllers/ray/
+    raycluster_controller.go:968-983, shouldRecreatePodsForUpgrade :1462-1505: it compares the
+    head pod's spec hash, which excludes replicas and the strategy itself, utils/util.go:645-668;
+    the field exists from v1.6.0, apis/ray/v1/raycluster_types.go:15-17, :84-99, all at tag
+    v1.7.0). The GKE Ray add-on's KubeRay version is unknown: there the RayCluster is replaced
+    instead (components/ray/verl_ray_cluster.py)."""
+    if not args.without_addon:
+        return {}
+    return {"upgradeStrategy": {"type": "Recreate"}}
 
 
 def _env_from(args: VerlRayClusterArgs) -> dict[str, Any]:
@@ -126,7 +148,7 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "serviceType": "ClusterIP",
         "rayStartParams": start_params,
         "template": {
-            "metadata": {"annotations": _gcsfuse_annotations(args, "head")},
+            "metadata": {"annotations": {**_gcsfuse_annotations(args, "head"), **HEAD_ANNOTATIONS}},
             "spec": pod_spec,
         },
     }
