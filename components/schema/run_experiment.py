@@ -32,10 +32,11 @@ from pydantic.alias_generators import to_camel
 from components.facts import verl
 from components.facts.layout import DATA_MOUNT
 from components.messages import quoted
+from components.schema.run_config import CONFIG_KEY
 from components.schema.run_inputs import PATH_FIELDS, is_gs, local_files, working_dir_problems
 
 if TYPE_CHECKING:
-    from components.schema.run import GrpoRunConfig
+    from components.schema.run_config import GrpoRunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_FIELDS = ("train_files", "val_files")
@@ -50,8 +51,6 @@ KeyOf = Callable[[str], str]
 
 def job_key(field: str) -> str:
     """The config key of a field of the run, as the user sets it: `<project>:job.trainFiles`."""
-    from components.schema.run import CONFIG_KEY
-
     return f"{CONFIG_KEY}.{to_camel(field)}"
 
 
