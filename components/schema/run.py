@@ -62,6 +62,14 @@ from components.schema.run_identity import (  # noqa: F401 (re-exported)
 )
 from components.schema.run_inputs import image_problem, path_problems, working_dir_problems
 from components.schema.run_memory import Offload
+from components.schema.run_resume import (
+    EXPORT_SUBDIR,
+    MODEL_PATH_KEY,
+    begin_problems,
+    warm_start_check,
+    warm_start_model,
+    warm_start_problem,
+)
 from components.schema.run_sizing import SIZED_FIELDS, resolve  # noqa: F401 (re-exported)
 
 CONFIG_KEY = Key("job")  # `<project>:job`, under the project's name
@@ -128,8 +136,8 @@ class GrpoRunConfig(RunLifecycle):
     )
     ppo_mini_batch_size: int | None = Field(
         None, gt=0,
-        description="actor_rollout_ref.actor.ppo_mini_batch_size; default: the train batch "
-        "(a4, a3u) or a quarter of it (a4x), the tutorial's optimizer steps per RL step.",
+        description="actor_rollout_ref.actor.ppo_mini_batch_size; default: the tutorial's 256 "
+        "prompts (a4, a3u) or 64 (a4x) at every node count, so updates per epoch stay the same.",
     )
     ppo_micro_batch_size_per_gpu: int | None = Field(
         None, gt=0,
@@ -163,8 +171,8 @@ class GrpoRunConfig(RunLifecycle):
     fsdp_size: int | None = Field(
         None, ge=-1,
         description="actor_rollout_ref.actor.fsdp_config.fsdp_size: GPUs per FSDP sharding group "
-        "(HSDP), -1 for all; default: all up to 16 GPUs, beyond that the smallest group of "
-        "whole nodes of at least 16 GPUs that fits in memory.",
+        "(HSDP), -1 for all; default: all up to 64 GPUs, beyond that the smallest group of "
+        "whole nodes of at least 64 GPUs that fits in memory.",
     )
     offload: Offload | None = Field(
         None,
@@ -256,7 +264,22 @@ class GrpoRunConfig(RunLifecycle):
         None,
         description="Continue from another run's checkpoint: its directory name as in the "
         "`job.checkpointUri` output (`grpo-16gpu-0123456789ab`), optionally "
-        "`/global_step_<n>`; default: its latest. Refused when its GPU count differs.",
+        "`/global_step_<n>`; default: its latest. Refused when its GPU count differs. It "
+        "restores that run's optimizer, learning rate, step count and data position; for new "
+        "optimizer settings use warmStartFrom.",
+    )
+    warm_start_from: str | None = Field(
+        None,
+        description="Begin a new training from another run's weights only: its exported model "
+        "(`<run>/huggingface`, written when it SUCCEEDED), with a fresh optimizer at this run's "
+        "learningRate, step 0 and the data from the start, at any GPU count; its directory name "
+        "as in the `job.checkpointUri` output (`grpo-16gpu-0123456789ab`).",
+    )
+    accept_unknown_model_shape: bool = Field(
+        False,
+        description="Run even when the model's shape cannot be read (its config.json at the Hub "
+        "or in the bucket): the defaults are then sized for the default model and the TP and "
+        "memory checks skipped. default: false, an unknown shape stops `pulumi preview`.",
     )
     # The model's shape, set by the program once it is known (components/preflight/model_shape.py);
     # not a config key. None: unknown, the defaults are derived for DEFAULT_MODEL and the checks
@@ -322,6 +345,13 @@ class GrpoRunConfig(RunLifecycle):
                 "letters, digits and '-', at most 40, starting and ending with a letter or "
                 "digit, e.g. qwen32b-gsm8k"
             )
+        return value
+
+    @field_validator("warm_start_from")
+    @classmethod
+    def _warm_start_from(cls, value: str | None) -> str | None:
+        if value is not None and (problem := warm_start_problem(value)):
+            raise ValueError(problem)
         return value
 
     @field_validator("resume_from")
@@ -429,6 +459,11 @@ def hydra_overrides(
         overrides[verl.REWARD_FUNCTION_NAME] = verl.DEFAULT_REWARD_FUNCTION_NAME
     if resolved.use_kl_loss:
         overrides[REFERENCE_DTYPE[0]] = REFERENCE_DTYPE[1]
+    # verl's GRPO recipes drop prompts over max_prompt_length once, at start (components/facts/
+    # verl.py): the agent loop no longer truncates (TRAINING-REVIEW-2.md finding 5).
+    overrides[verl.FILTER_OVERLONG_PROMPTS[0]] = verl.FILTER_OVERLONG_PROMPTS[1]
+    if run.warm_start_from is not None:
+        overrides[MODEL_PATH_KEY] = warm_start_model(run.warm_start_from)
     # The trainer the offline check walks (tools/training_stack.py), named rather than left to
     # verl's default of the day (components/facts/verl.py USE_V1).
     overrides[verl.USE_V1[0]] = verl.USE_V1[1]
@@ -468,6 +503,8 @@ def entrypoint(
     prelude = prune_command(overrides["trainer.default_local_dir"], run.keep_checkpoints) + "; "
     if run.resume_from is not None:
         prelude += _resume_choice(overrides["trainer.default_local_dir"], run.resume_from) + " && "
+    if run.warm_start_from is not None:
+        prelude += warm_start_check(run.warm_start_from) + " && "
     # The driver starts in the working directory the user brought (run_inputs.placed), else in
     # verl's source; verl itself comes from PYTHONPATH (run_env.py) either way.
     return (
@@ -513,8 +550,8 @@ def tensorboard_dir(run: GrpoRunConfig, run_dir: str) -> str | None:
     return f"{CHECKPOINT_ROOT}/{run_dir}/{TENSORBOARD_SUBDIR}"
 
 
-# Where the exported Hugging Face model goes, inside the run's directory.
-EXPORT_SUBDIR = "huggingface"
+# Where the exported Hugging Face model goes, inside the run's directory: EXPORT_SUBDIR
+# (run_resume.py, where a warm start reads it).
 # verl's FSDP checkpoint merger (verl/model_merger/__main__.py: `python -m verl.model_merger
 # merge --backend fsdp --local_dir <...>/global_step_<n>/actor --target_dir <dir>`).
 MODEL_MERGER = "python3 -m verl.model_merger"
@@ -553,6 +590,7 @@ def run_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> li
         *batch_problems(resolved, user_set),
         *model_problems(resolved, profile, user_set),
         *_resume_problems(run, profile, nodes),
+        *begin_problems(run, user_set),
         *_override_problems(run, profile, nodes),
     ]
 
