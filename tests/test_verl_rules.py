@@ -18,22 +18,17 @@ from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.preflight import model_shape
 from components.schema import config as stack_config
 from components.schema.config import ConfigError
-from components.schema.run import GrpoRunConfig, hydra_overrides, resolve, run_dir_name, \
+from components.schema.run import GrpoRunConfig, resolve, run_dir_name, run_identity, \
     run_problems, entrypoint
 from components.schema.run_checks import memory_plan
-from components.schema.run_memory import usable_gib, vllm_need_gib, rollout_gib, update_gib
+from components.schema.run_memory import rollout_gib, update_gib, usable_gib, vllm_need_gib
+from tests.test_model_check import QWEN_72B
 from tools import plan, step_model, training_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Published config.json values (huggingface.co/Qwen/<model>/blob/main/config.json, as the review
 # read them, TRAINING-REVIEW-2.md Q3).
-QWEN_72B = {
-    "model_type": "qwen2", "num_attention_heads": 64, "num_key_value_heads": 8,
-    "num_hidden_layers": 80, "hidden_size": 8192, "intermediate_size": 29568,
-    "vocab_size": 152064, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "max_position_embeddings": 32768,
-}
 QWEN3_30B_A3B = {
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
     "attention_bias": False, "decoder_sparse_step": 1, "head_dim": 128, "hidden_size": 2048,
@@ -259,8 +254,7 @@ def test_a_warm_start_is_a_new_run_and_the_default_run_keeps_its_directory():
     hw = profile("a4")
     assert run_dir_name(GrpoRunConfig(warm_start_from=SOURCE), hw, 2) != \
         run_dir_name(GrpoRunConfig(), hw, 2)
-    assert "warm_start_from" not in json.dumps(
-        __import__("components.schema.run", fromlist=["x"]).run_identity(GrpoRunConfig(), hw, 2))
+    assert "warm_start_from" not in run_identity(GrpoRunConfig(), hw, 2)
 
 
 def test_a_resume_and_a_warm_start_together_are_refused():

@@ -8,7 +8,7 @@ which puts back each parameter group's saved learning rate), the LR scheduler
 (:200-202, the saved `base_lrs`), the RNG, and the dataloader's position (trainer_base.py:
 706-709). So a changed learning rate does not apply (TRAINING-REVIEW-2.md finding 6: AdamW
 configured at 1e-7 and loaded from a 1e-6 state trains at 1e-6), and a resumed finished run
-starts past its last step and runs none (trainer_base.py:351). What a resume is for: the same
+starts past its last step and runs none (trainer_base.py:353). What a resume is for: the same
 training, on a new cluster or under a new run name.
 
 A warm start begins a new training from the other run's weights only: its exported Hugging Face
