@@ -53,9 +53,9 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-## Render the offline plan of one stack: make plan STACK=a4 [MODE=autopilot]
+## Render the offline plan of one stack: make plan STACK=a4 [MODE=autopilot] [MODEL_CONFIG=<config.json or its dir>]
 plan: venv
-	$(PY) -m tools.plan --stack $(STACK) $(if $(MODE),--mode $(MODE),)
+	$(PY) -m tools.plan --stack $(STACK) $(if $(MODE),--mode $(MODE),) $(if $(MODEL_CONFIG),--model-config $(MODEL_CONFIG),)
 
 ## Render every shipped stack in every mode it runs in (the one list: tools/stacks.py)
 plan-all: venv

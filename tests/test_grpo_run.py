@@ -75,6 +75,8 @@ DIFFERENCES = {
     "actor_rollout_ref.actor.fsdp_config.fsdp_size": "-1",
     # The trainer the training stack is checked for, named (components/facts/verl.py USE_V1).
     "trainer.use_v1": "True",
+    # Prompts over maxPromptLength dropped at start, as verl's GRPO recipes do (finding 5).
+    "data.filter_overlong_prompts": "True",
 }
 DIFFERENCES_A4X = {**DIFFERENCES, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "32"}
 

@@ -503,7 +503,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="print only the summary line")
     parser.add_argument("--config-file", type=Path,
                         help="read this stack file instead of Pulumi.<stack>.yaml (as the CLI's flag)")
+    parser.add_argument("--model-config", type=Path,
+                        help="the run's model's config.json, or its directory (with "
+                        "model.safetensors.index.json): check its shape offline")
     args = parser.parse_args(argv)
+    if args.model_config:
+        from components.preflight import model_shape
+
+        model_shape.set_local_files(args.model_config)
     return write_plan(args.stack, args.mode, args.out, args.quiet, args.config_file)
 
 

@@ -27,10 +27,17 @@ Formulas (per step; P parameters, S = train batch x n samples, G GPUs, s = S / G
   NVLink. Each phase takes the longer of its compute and its
   collectives (FSDP prefetches the next layer's gather during this layer's compute).
 - weight sync: one all-gather of 2P bytes per step, FSDP to vLLM.
-- checkpoint: fp32 weights and Adam (12P bytes) per save, written by all nodes at once at
-  CHECKPOINT_GBPS_PER_NODE each, every save_freq steps.
+- checkpoint: every rank saves its own shard of the fp32 weights and Adam ("every rank will
+  save its own model and optim shard", verl/utils/checkpoint/fsdp_checkpoint_manager.py:258-266
+  at the pinned ref), 12P / shard bytes each; under HSDP the G / shard groups hold the same
+  state, so a save is 12P x G / shard bytes (TRAINING-REVIEW-2.md finding 8: 1.57 TB at 8 a4
+  nodes), and each node writes 12P / shard x its GPUs at CHECKPOINT_GBPS_PER_NODE, all nodes at
+  once, every save_freq steps. Only a whole-cluster shard (fsdpSize -1) spreads one copy.
 - run: floor(7,473 GSM8K train prompts / train batch) steps per epoch (verl drops the last
-  partial batch, ray_trainer.py:352), 2 epochs; GPU-hours = steps x step time x G.
+  partial batch, verl/trainer/ppo/v1/trainer_base.py:568), 2 epochs; GPU-hours = steps x step
+  time x G; optimizer updates = steps x train batch / mini batch.
+- a MoE model: weights, gathers and checkpoints count every expert (P); per-token FLOPs count
+  the parameters a token passes through (ModelShape.active_parameter_count).
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ class Settings:
     """What the model needs of a run, resolved."""
 
     train_batch: int
+    mini_batch: int
     rollout_n: int
     micro: int
     log_prob_micro: int
@@ -109,7 +117,7 @@ def settings(run: GrpoRunConfig, hw: HardwareProfile, nodes: int, mnnvl: bool) -
     r = resolve(run, hw, nodes)
     gpus = r.nnodes * r.n_gpus_per_node
     shard = gpus if r.fsdp_size <= 0 or r.fsdp_size >= gpus else r.fsdp_size
-    return Settings(r.train_batch_size, r.rollout_n, r.ppo_micro_batch_size_per_gpu,
+    return Settings(r.train_batch_size, r.ppo_mini_batch_size, r.rollout_n, r.ppo_micro_batch_size_per_gpu,
                     r.rollout_log_prob_micro_batch_size_per_gpu,
                     r.ref_log_prob_micro_batch_size_per_gpu, r.tensor_model_parallel_size,
                     shard, r.use_kl_loss, r.save_freq, r.total_epochs, r.max_response_length,
@@ -132,6 +140,7 @@ def _ring_s(nbytes: float, group: int, gbs: float) -> float:
 def step(hw: HardwareProfile, nodes: int, s: Settings, shape: ModelShape) -> dict[str, float]:
     """Seconds per step by part (an estimate; see the module docstring)."""
     p = shape.parameter_count
+    active = shape.active_parameter_count
     gpus = nodes * hw.gpus_per_node
     samples = s.train_batch * s.rollout_n
     per_gpu = samples / gpus
@@ -144,9 +153,9 @@ def step(hw: HardwareProfile, nodes: int, s: Settings, shape: ModelShape) -> dic
     context = MEAN_PROMPT_TOKENS + s.response_len / 2
     read = (2 * p / s.tp + batch * context * kv_bytes_per_token(shape, s.tp))
     decode = max(read / (hw.gpu.hbm_tbps * 1e12 * DECODE_HBM_EFFICIENCY),
-                 2 * p * batch / s.tp / (flops * DECODE_MFU))
+                 2 * active * batch / s.tp / (flops * DECODE_MFU))
     decode += 2 * shape.num_hidden_layers * ALLREDUCE_LATENCY_S if s.tp > 1 else 0
-    prefill = 2 * p * seqs * MEAN_PROMPT_TOKENS / s.tp / (flops * MFU)
+    prefill = 2 * active * seqs * MEAN_PROMPT_TOKENS / s.tp / (flops * MFU)
     rollout = waves * s.response_len * decode + prefill
     # compute and collectives, per phase
     tokens = per_gpu * MEAN_TOKENS
@@ -157,18 +166,21 @@ def step(hw: HardwareProfile, nodes: int, s: Settings, shape: ModelShape) -> dic
     across = _link_gbs(hw, gpus, s.mnnvl)
     sync = 2 * _ring_s(4 * p / s.shard, replicas_dp, across)  # all-reduce = 2 x ring
     phases = {
-        "log_prob": (2 * p * tokens / (flops * MFU), per_gpu / s.log_prob_micro * gather),
-        "ref": ((2 * p * tokens / (flops * MFU), per_gpu / s.ref_micro * gather) if s.kl
+        "log_prob": (2 * active * tokens / (flops * MFU), per_gpu / s.log_prob_micro * gather),
+        "ref": ((2 * active * tokens / (flops * MFU), per_gpu / s.ref_micro * gather) if s.kl
                 else (0.0, 0.0)),
-        "update": (8 * p * tokens / (flops * MFU),
+        "update": (8 * active * tokens / (flops * MFU),
                    per_gpu / s.micro * (2 * gather + scatter + sync)),
     }
     compute = sum(c for c, _ in phases.values())
     comm = sum(m for _, m in phases.values()) + gather  # + the weight sync to vLLM
     overlapped = sum(max(c, m) for c, m in phases.values()) + gather
-    checkpoint = 12 * p / nodes / (CHECKPOINT_GBPS_PER_NODE * 1e9) / s.save_freq
+    per_node = 12 * p / s.shard * hw.gpus_per_node
+    save_s = per_node / (CHECKPOINT_GBPS_PER_NODE * 1e9)
     return {"rollout": rollout, "compute": compute, "collectives": comm,
-            "checkpoint": checkpoint, "step": rollout + overlapped + checkpoint}
+            "checkpoint": save_s / s.save_freq, "save_s": save_s,
+            "save_bytes": 12 * p * gpus / s.shard,
+            "step": rollout + overlapped + save_s / s.save_freq}
 
 
 def run_row(hw: HardwareProfile, nodes: int, run: GrpoRunConfig, mnnvl: bool,
@@ -181,6 +193,7 @@ def run_row(hw: HardwareProfile, nodes: int, run: GrpoRunConfig, mnnvl: bool,
     steps = DATASET_PROMPTS // s.train_batch * s.epochs
     gpus = nodes * hw.gpus_per_node
     return {**times, "settings": s, "steps": steps,
+            "updates": steps * (s.train_batch // s.mini_batch),
             "gpu_hours": steps * times["step"] * gpus / 3600,
             "hours": steps * times["step"] / 3600}
 
@@ -222,7 +235,8 @@ def _line(stack: str, nodes: int, hw: HardwareProfile, label: str, row: dict) ->
         f"{head} {s.train_batch:>5} {s.micro:>5} {s.log_prob_micro:>3} {s.tp:>2} "
         f"{s.shard:>5} {row['rollout']:>8.1f} {row['compute']:>8.1f} "
         f"{row['collectives']:>7.1f} {row['checkpoint']:>5.1f} {row['step']:>7.1f} "
-        f"{row['steps']:>5} {row['gpu_hours']:>7.1f}"
+        f"{row['steps']:>5} {row['updates']:>5} {row['save_bytes'] / 1e12:>6.2f} "
+        f"{row['gpu_hours']:>7.1f}"
     )
 
 
@@ -238,7 +252,7 @@ def report(stacks: list[str], nodes: tuple[int, ...], configs: dict | None = Non
         "",
         f"{'stack':5} {'nodes':>5} {'GPUs':>4} {'settings':9} {'batch':>5} {'micro':>5} "
         f"{'lp':>3} {'TP':>2} {'shard':>5} {'rollout':>8} {'compute':>8} {'comm':>7} "
-        f"{'ckpt':>5} {'step s':>7} {'steps':>5} {'GPU-h':>7}",
+        f"{'ckpt':>5} {'step s':>7} {'steps':>5} {'upd':>5} {'TB/sv':>6} {'GPU-h':>7}",
     ]
     for stack in stacks:
         if stack in configs:
@@ -264,6 +278,8 @@ def report(stacks: list[str], nodes: tuple[int, ...], configs: dict | None = Non
         "stack: the stack file's own job (its target, `job` settings and, unless NODES is given, "
         "its node count), as `make cost` models it.",
         "step s = rollout + per phase max(compute, comm) + weight sync + checkpoint share.",
+        "upd = optimizer updates in the run (steps x batch / mini batch); TB/sv = bytes of one "
+        "save, every rank's shard (x GPUs / shard under HSDP).",
     ]
     return "\n".join(lines)
 

@@ -154,3 +154,19 @@ FROM_SCRATCH = "Training from scratch"
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"
 CHECKPOINT_STEP_DIR = "global_step_{}"
 CHECKPOINT_ACTOR_DIR = "actor"
+
+# --- What the program sets that verl leaves off -----------------------------------------------
+# Prompts longer than data.max_prompt_length are dropped once, when the dataset is built
+# (verl/utils/dataset/rl_dataset.py:119 reads the key, :197-232 filters by the chat-templated
+# length), as verl's GRPO recipes set it (examples/grpo_trainer/run_qwen2_5_32b_fsdp.sh:61).
+# The composed default is False (verl/trainer/config/data/legacy_data.yaml:80), and the agent
+# loop no longer truncates (TRAINING-REVIEW-2.md finding 5): one longer prompt would fail the
+# step that draws it.
+FILTER_OVERLONG_PROMPTS = ("data.filter_overlong_prompts", "True")
+
+# --- What vLLM is given -----------------------------------------------------------------------
+# Without rollout.max_model_len (null in verl/trainer/config/rollout/rollout.yaml:81) each vLLM
+# server takes the model's max_position_embeddings as its context
+# (verl/workers/rollout/vllm_rollout/vllm_async_server.py:995-996), and vLLM starts only if one
+# sequence of that length fits its KV cache.
+ROLLOUT_MAX_MODEL_LEN = "actor_rollout_ref.rollout.max_model_len"

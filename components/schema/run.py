@@ -62,6 +62,13 @@ from components.schema.run_identity import (  # noqa: F401 (re-exported)
 )
 from components.schema.run_inputs import path_problems, working_dir_problems
 from components.schema.run_memory import Offload
+from components.schema.run_resume import (
+    EXPORT_SUBDIR,
+    MODEL_PATH_KEY,
+    begin_problems,
+    warm_start_check,
+    warm_start_model,
+)
 from components.schema.run_sizing import SIZED_FIELDS, resolve  # noqa: F401 (re-exported)
 
 # Keys a typed field sets through something other than HYDRA_KEYS.
@@ -117,6 +124,11 @@ def hydra_overrides(
         overrides[verl.REWARD_FUNCTION_NAME] = verl.DEFAULT_REWARD_FUNCTION_NAME
     if resolved.use_kl_loss:
         overrides[REFERENCE_DTYPE[0]] = REFERENCE_DTYPE[1]
+    # verl's GRPO recipes drop prompts over max_prompt_length once, at start (components/facts/
+    # verl.py): the agent loop no longer truncates (TRAINING-REVIEW-2.md finding 5).
+    overrides[verl.FILTER_OVERLONG_PROMPTS[0]] = verl.FILTER_OVERLONG_PROMPTS[1]
+    if run.warm_start_from is not None:
+        overrides[MODEL_PATH_KEY] = warm_start_model(run.warm_start_from)
     # The trainer the offline check walks (tools/training_stack.py), named rather than left to
     # verl's default of the day (components/facts/verl.py USE_V1).
     overrides[verl.USE_V1[0]] = verl.USE_V1[1]
@@ -156,6 +168,8 @@ def entrypoint(
     prelude = prune_command(overrides["trainer.default_local_dir"], run.keep_checkpoints) + "; "
     if run.resume_from is not None:
         prelude += _resume_choice(overrides["trainer.default_local_dir"], run.resume_from) + " && "
+    if run.warm_start_from is not None:
+        prelude += warm_start_check(run.warm_start_from) + " && "
     # The driver starts in the working directory the user brought (run_inputs.placed), else in
     # verl's source; verl itself comes from PYTHONPATH (run_env.py) either way.
     return (
@@ -201,8 +215,8 @@ def tensorboard_dir(run: GrpoRunConfig, run_dir: str) -> str | None:
     return f"{CHECKPOINT_ROOT}/{run_dir}/{TENSORBOARD_SUBDIR}"
 
 
-# Where the exported Hugging Face model goes, inside the run's directory.
-EXPORT_SUBDIR = "huggingface"
+# Where the exported Hugging Face model goes, inside the run's directory: EXPORT_SUBDIR
+# (run_resume.py, where a warm start reads it).
 # verl's FSDP checkpoint merger (verl/model_merger/__main__.py: `python -m verl.model_merger
 # merge --backend fsdp --local_dir <...>/global_step_<n>/actor --target_dir <dir>`).
 MODEL_MERGER = "python3 -m verl.model_merger"
@@ -241,6 +255,7 @@ def run_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> li
         *batch_problems(resolved, user_set),
         *model_problems(resolved, profile, user_set),
         *_resume_problems(run, profile, nodes),
+        *begin_problems(run, user_set),
         *_override_problems(run, profile, nodes),
     ]
 

@@ -15,8 +15,8 @@ from pydantic.alias_generators import to_camel
 
 from components.facts.hardware import HardwareProfile
 from components.schema.pulumi_forms import Key
-from components.schema.run_memory import MemoryPlan, Offload, fits, shortfalls
-from components.schema.run_sizing import divisors, shard_groups, tp_choices
+from components.schema.run_memory import MEMORY_MARGIN, MemoryPlan, Offload, fits, shortfalls
+from components.schema.run_sizing import divisors, shard_groups, tp_choices, vllm_context
 
 if TYPE_CHECKING:
     from components.schema.run_config import GrpoRunConfig
@@ -130,6 +130,8 @@ def memory_plan(run: GrpoRunConfig, profile: HardwareProfile, **changes) -> Memo
                                  run.ref_log_prob_micro_batch_size_per_gpu),
         tokens_per_sample=run.max_prompt_length + run.max_response_length,
         reference=run.use_kl_loss, offload=run.offload,
+        context_tokens=vllm_context(run.model, run.max_prompt_length + run.max_response_length,
+                                    run.extra_overrides),
     )
     return MemoryPlan(**{**values, **changes})
 
@@ -193,8 +195,8 @@ def _memory_problem(run, profile, plan, short, user_set) -> str:
         f"fit on {gpus} x {profile.gpu.name} ({profile.gpu.memory_gib:g} GiB) with "
         f"{_named(run, 'offload', user_set)}, {_named(run, 'fsdp_size', user_set)}, "
         f"{_named(run, 'ppo_micro_batch_size_per_gpu', user_set)}, "
-        f"{_named(run, 'gpu_memory_utilization', user_set)} (estimate: {phases}; "
-        "docs/training.md): " + ", or ".join(fixes)
+        f"{_named(run, 'gpu_memory_utilization', user_set)} (estimate, keeping "
+        f"{MEMORY_MARGIN:.0%} of the GPU free: {phases}; docs/training.md): " + ", or ".join(fixes)
     )
 
 

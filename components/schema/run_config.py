@@ -34,6 +34,9 @@ _RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 _RUN_DIR = re.compile(r"^(?P<dir>[a-z0-9][-a-z0-9]*-(?P<gpus>[0-9]+)gpu-[0-9a-f]{12})"
                       r"(?:/(?P<step>global_step_[0-9]+))?$")
 
+# A run directory without a step, what warmStartFrom names (components/schema/run_resume.py).
+RUN_DIR = re.compile(r"^[a-z0-9][-a-z0-9]*-[0-9]+gpu-[0-9a-f]{12}$")
+
 OverrideValue = str | int | float | bool
 
 # The trackers of verl's Tracking (verl/utils/tracking.py) this program configures: wandb and
@@ -48,6 +51,18 @@ def parse_loggers(value: str) -> list[str]:
     """`console` or `[console,wandb]` (Hydra's list syntax, as trainer.logger takes it)."""
     return [name.strip().strip("'\"") for name in value.strip().strip("[]").split(",")
             if name.strip()]
+
+
+def warm_start_problem(value: str) -> str | None:
+    """Why `value` is not a run directory a warm start can name, or None."""
+    if RUN_DIR.match(value):
+        return None
+    return (
+        f"{CONFIG_KEY}.warmStartFrom={quoted(value)} is not a run directory: use the last part "
+        "of another run's job.checkpointUri output, e.g. grpo-16gpu-0123456789ab (a warm start "
+        "takes that run's exported model, not a step)"
+    )
+
 
 
 def _name_hydra_keys(schema: dict[str, Any]) -> None:
@@ -102,8 +117,8 @@ class GrpoRunConfig(RunLifecycle):
     )
     ppo_mini_batch_size: int | None = Field(
         None, gt=0,
-        description="Prompts per optimizer step; default: the train batch "
-        "(a4, a3u) or a quarter of it (a4x), the tutorial's optimizer steps per RL step.",
+        description="Prompts per optimizer step; default: the tutorial's 256 prompts (a4, a3u) "
+        "or 64 (a4x) at every node count, so updates per epoch stay the same.",
     )
     ppo_micro_batch_size_per_gpu: int | None = Field(
         None, gt=0,
@@ -137,8 +152,8 @@ class GrpoRunConfig(RunLifecycle):
     fsdp_size: int | None = Field(
         None, ge=-1,
         description="GPUs per FSDP sharding group "
-        "(HSDP), -1 for all; default: all up to 16 GPUs, beyond that the smallest group of "
-        "whole nodes of at least 16 GPUs that fits in memory.",
+        "(HSDP), -1 for all; default: all up to 64 GPUs, beyond that the smallest group of "
+        "whole nodes of at least 64 GPUs that fits in memory.",
     )
     offload: Offload | None = Field(
         None,
@@ -229,7 +244,22 @@ class GrpoRunConfig(RunLifecycle):
         None,
         description="Continue from another run's checkpoint: its directory name as in the "
         "`job.checkpointUri` output (`grpo-16gpu-0123456789ab`), optionally "
-        "`/global_step_<n>`; default: its latest. Refused when its GPU count differs.",
+        "`/global_step_<n>`; default: its latest. Refused when its GPU count differs. It "
+        "restores that run's optimizer, learning rate, step count and data position; for new "
+        "optimizer settings use warmStartFrom.",
+    )
+    warm_start_from: str | None = Field(
+        None,
+        description="Begin a new training from another run's weights only: its exported model "
+        "(`<run>/huggingface`, written when it SUCCEEDED), with a fresh optimizer at this run's "
+        "learningRate, step 0 and the data from the start, at any GPU count; its directory name "
+        "as in the `job.checkpointUri` output (`grpo-16gpu-0123456789ab`).",
+    )
+    accept_unknown_model_shape: bool = Field(
+        False,
+        description="Run even when the model's shape cannot be read (its config.json at the Hub "
+        "or in the bucket): the defaults are then sized for the default model and the TP and "
+        "memory checks skipped; unset, an unknown shape stops `pulumi preview`.",
     )
     # The model's shape, set by the program once it is known (components/preflight/model_shape.py);
     # not a config key. None: unknown, the defaults are derived for DEFAULT_MODEL and the checks
@@ -295,6 +325,13 @@ class GrpoRunConfig(RunLifecycle):
                 "letters, digits and '-', at most 40, starting and ending with a letter or "
                 "digit, e.g. qwen32b-gsm8k"
             )
+        return value
+
+    @field_validator("warm_start_from")
+    @classmethod
+    def _warm_start_from(cls, value: str | None) -> str | None:
+        if value is not None and (problem := warm_start_problem(value)):
+            raise ValueError(problem)
         return value
 
     @field_validator("resume_from")

@@ -39,6 +39,8 @@ CONTINUATION_FIELDS = frozenset({
     "ppo_micro_batch_size_per_gpu", "rollout_log_prob_micro_batch_size_per_gpu",
     "ref_log_prob_micro_batch_size_per_gpu", "gpu_memory_utilization", "run_name",
     "tensor_model_parallel_size", "offload",
+    # checks only: whether an unread model shape may run
+    "accept_unknown_model_shape",
     *RunLifecycle.model_fields,
 })
 # Extra overrides of the same kinds; every other extra override is part of the run's identity.
@@ -63,7 +65,8 @@ CONTINUATION_OVERRIDES = frozenset({
     "actor_rollout_ref.model.enable_activation_offload",
 })
 # Keys added after runs existed: absent from the identity while unset (image has its own line).
-BROUGHT_FIELDS = ("working_dir", "reward_function_path", "reward_function_name")
+# A warm start's source is one too: other initial weights are another run (run_resume.py).
+BROUGHT_FIELDS = ("working_dir", "reward_function_path", "reward_function_name", "warm_start_from")
 
 
 def identity_of(

@@ -28,6 +28,14 @@ OVERHEAD_GIB = 5.0
 VLLM_ASLEEP_GIB = 3.0
 # vLLM's own activations and CUDA graphs inside its budget (the review's "~4").
 VLLM_WORKSPACE_GIB = 4.0
+# The share of a GPU's memory the estimate leaves unplanned: a phase must fit in the rest. The
+# estimate is arithmetic at the worst case, without the caching allocator's fragmentation or
+# what it does not model; without a margin a plan at 140.0 of 140 GiB passed (Qwen2.5-72B on one
+# a3u node, TRAINING-REVIEW-2.md Q3). 4%: 5.6 GiB of an H200's 140, 7.2 of a B200's 179. The
+# tutorial's own settings on 2 a3u nodes, whose worst-case update the estimate puts at 133.9 GiB
+# (95.6%), stay within it; the review judged them to fit, since verl removes padding and the
+# typical update is far below the worst case.
+MEMORY_MARGIN = 0.04
 # Bytes per parameter held by FSDP: fp32 master weights (verl `model_dtype: fp32`,
 # _generated_ppo_trainer.yaml:36), fp32 gradients, and AdamW's two fp32 moments.
 FP32, BF16 = 4, 2
@@ -55,6 +63,9 @@ class MemoryPlan:
     tokens_per_sample: int  # max prompt + max response length: the worst case
     reference: bool  # a reference model exists (use_kl_loss)
     offload: Offload = Offload.NONE
+    # The context vLLM is started with (verl gives it the model's max_position_embeddings unless
+    # rollout.max_model_len is set, components/facts/verl.py); 0: tokens_per_sample.
+    context_tokens: int = 0
 
 
 def _gib(nbytes: float) -> float:
@@ -86,8 +97,10 @@ def vllm_weights_gib(plan: MemoryPlan) -> float:
 
 
 def vllm_need_gib(plan: MemoryPlan) -> float:
-    """vLLM's least: its weight shard, its workspace and the KV cache of one longest sequence."""
-    kv = kv_bytes_per_token(plan.shape, plan.tensor_parallel) * plan.tokens_per_sample
+    """vLLM's least: its weight shard, its workspace and the KV cache of one sequence of its
+    whole context (vLLM refuses to start otherwise), not only prompt + response."""
+    context = plan.context_tokens or plan.tokens_per_sample
+    kv = kv_bytes_per_token(plan.shape, plan.tensor_parallel) * context
     return vllm_weights_gib(plan) + VLLM_WORKSPACE_GIB + _gib(kv)
 
 
@@ -106,12 +119,13 @@ def activations_gib(shape: ModelShape, micro_batch: int, tokens_per_sample: int,
 
     With gradient checkpointing (verl's default, enable_gradient_checkpointing: true,
     _generated_ppo_trainer.yaml:304): every layer's input (bf16), the recompute of one layer
-    (its attention and MLP intermediates, about 4 x hidden + 3 x intermediate per token), the
+    (its attention and MLP intermediates, about 4 x hidden + 3 x the MLP width per token: the
+    intermediate size, or a MoE layer's experts per token, ModelShape.mlp_width_per_token), the
     logits in bf16 and, in training, their gradient; plus two gathered bf16 layers (FSDP
     prefetch). A forward without gradients keeps no layer inputs but the log-softmax in fp32.
     """
     tokens = micro_batch * tokens_per_sample
-    one_layer = tokens * (4 * shape.hidden_size + 3 * shape.intermediate_size) * BF16
+    one_layer = tokens * (4 * shape.hidden_size + 3 * shape.mlp_width_per_token) * BF16
     gathered = 2 * _layer_parameters(shape) * BF16
     if backward:
         inputs = shape.num_hidden_layers * tokens * shape.hidden_size * BF16
@@ -133,15 +147,22 @@ def log_prob_gib(plan: MemoryPlan) -> float:
                               False))
 
 
+def usable_gib(plan: MemoryPlan) -> float:
+    """What a phase may plan for: the GPU's memory less MEMORY_MARGIN."""
+    return plan.gpu_memory_gib * (1 - MEMORY_MARGIN)
+
+
 def shortfalls(plan: MemoryPlan) -> list[tuple[str, float, float]]:
-    """(phase, need GiB, have GiB) for every phase that does not fit; [] if all do."""
+    """(phase, need GiB, have GiB) for every phase that does not fit; [] if all do. `have` is
+    the usable memory (less MEMORY_MARGIN), or vLLM's own budget for vLLM."""
     found = []
     budget = vllm_budget_gib(plan)
+    usable = usable_gib(plan)
     checks = (
-        ("rollout", rollout_gib(plan), plan.gpu_memory_gib),
+        ("rollout", rollout_gib(plan), usable),
         ("vLLM", vllm_need_gib(plan), budget),
-        ("update", update_gib(plan), plan.gpu_memory_gib),
-        ("log-prob", log_prob_gib(plan), plan.gpu_memory_gib),
+        ("update", update_gib(plan), usable),
+        ("log-prob", log_prob_gib(plan), usable),
     )
     for phase, need, have in checks:
         if need > have:

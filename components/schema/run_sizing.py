@@ -13,8 +13,20 @@ Order, each step using the ones before it:
 3. rollout TP, the smallest that divides the heads, the KV heads and the node, and leaves half
    of vLLM's budget for the KV cache;
 4. the batch (at least SAMPLES_PER_GPU_FLOOR samples per GPU), the mini batch (the tutorial's
-   optimizer steps per RL step), then the micro batches: the largest that divide the per-GPU
-   batch, fit in memory and stay at or below MICRO_BATCH_CAP.
+   size, so the optimizer updates per epoch stay the tutorial's as the batch grows), then the
+   micro batches: the largest that divide the per-GPU batch, fit in memory and stay at or
+   below MICRO_BATCH_CAP.
+
+The scale rule: what grows with the cluster is the rollout (samples per step); what learning
+needs, the optimizer updates per epoch, stays fixed. The train batch grows with the GPUs (at
+least 64 samples each), the mini batch stays the tutorial's 256 prompts (64 on a4x), so a GSM8K
+epoch makes about 29 updates (116 on a4x) at every node count instead of 29 at 2 nodes and 3 at
+32 (TRAINING-REVIEW-2.md finding 11); a larger cluster makes more updates per RL step (8 at 32
+a4 nodes), the later ones on slightly older samples, which PPO's clipping bounds, as in verl's
+recipes of several mini batches per step. At the default node count nothing changes.
+
+Memory checks see vLLM's whole context (`vllm_context`): verl starts each vLLM server with the
+model's max_position_embeddings unless rollout.max_model_len is set (components/facts/verl.py).
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from components.facts import verl
 from components.facts.hardware import HardwareProfile
 from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.schema.run_memory import MemoryPlan, Offload, fits, vllm_need_gib
@@ -37,16 +50,24 @@ BASE_TRAIN_BATCH = 256
 # two micro batches of 32 per GPU; GSM8K's 7,473 prompts then still make 3 steps per epoch at
 # 32 a4 nodes. A floor, not a target: more samples per GPU only help the GPUs.
 SAMPLES_PER_GPU_FLOOR = 64
-# Optimizer steps per RL step (train batch / mini batch) are the tutorial's for the target
-# (HardwareProfile.tutorial_job: 256/256 on a4/a3u, 256/64 on a4x), so the update dynamics stay
-# the tutorial's.
+# The mini batch is the tutorial's for the target (HardwareProfile.tutorial_job: 256 of 256 on
+# a4/a3u, 64 of 256 on a4x) at every node count: the optimizer updates per epoch stay the
+# tutorial's however large the train batch grows (the scale rule above).
 # The tutorial's largest micro batch (a4/a3u: 64). Past it the per-micro-batch all-gather is
 # already a small share of the step (tools/step_model.py); bigger only costs memory.
 MICRO_BATCH_CAP = 64
-# FSDP shards over every GPU up to this many (the tutorial's two a4 nodes or four a4x nodes);
-# beyond, over groups of whole nodes of at least this many GPUs (HSDP), replicated across
-# groups, so a micro batch's gathers stay inside a group instead of crossing every node.
-HSDP_MIN_GPUS = 16
+# FSDP shards over every GPU up to this many; beyond, over groups of whole nodes of at least
+# this many GPUs (HSDP), replicated across groups, so a micro batch's gathers stay inside a
+# group instead of crossing every node. Chosen with the checkpoint in view: every rank saves
+# its shard (verl/utils/checkpoint/fsdp_checkpoint_manager.py:258-266), so a save is
+# GPUs / group copies of the 12 bytes per parameter of state and each node writes 12P / group x
+# its GPUs. A group of 16 (this value until TRAINING-REVIEW-2.md finding 8) made a 32B save
+# 1.57 TB at 8 a4 nodes and 6.3 TB at 32, 131 s of writing per save on every node, 13 s of a
+# ~32 s step at saveFreq 10 (`make step-model`); a group of 64 GPUs (8 a4/a3u nodes, 16 a4x)
+# writes a quarter of that per node (33 s per save) and one copy up to 64 GPUs. The ring's
+# bandwidth per rank is the node's NICs whatever the group (tools/step_model.py), so the larger
+# group costs the gathers only the latency of a longer ring, which the step model leaves out.
+HSDP_MIN_GPUS = 64
 # The tutorial's vLLM share (gpu_memory_utilization), and the lowest worth trying: below it
 # the KV cache of 256 sequences per replica no longer fits a 32B model's TP shard.
 GPU_MEMORY_UTILIZATION = 0.6
@@ -87,9 +108,22 @@ def prompts_per_step(gpus: int, rollout_n: int) -> int:
 
 
 def mini_batch(train_batch: int, gpus: int, rollout_n: int, optimizer_steps: int) -> int:
-    """train / optimizer steps, kept a multiple of what divides its samples over the GPUs."""
+    """The tutorial's mini batch (its BASE_TRAIN_BATCH / optimizer steps per RL step), whatever
+    the train batch: the smallest size at least that large whose samples divide over the GPUs
+    and which divides the train batch; the train batch if none does."""
     step = gpus // math.gcd(gpus, rollout_n)
-    return max(step, train_batch // optimizer_steps // step * step)
+    target = max(1, BASE_TRAIN_BATCH // optimizer_steps)
+    return next((m for m in range(-(-target // step) * step, train_batch, step)
+                 if train_batch % m == 0), train_batch)
+
+
+def vllm_context(shape: ModelShape, tokens: int, extra_overrides: dict) -> int:
+    """The context vLLM is started with: rollout.max_model_len if the run sets it, else the
+    model's max_position_embeddings (verl's default), else prompt + response."""
+    given = extra_overrides.get(verl.ROLLOUT_MAX_MODEL_LEN)
+    if given is not None and str(given).isdigit():
+        return int(given)
+    return shape.max_position_embeddings or tokens
 
 
 def largest_divisor(n: int, cap: int, ok=lambda d: True) -> int:
@@ -125,7 +159,7 @@ def derive(
             log_prob_micro_batch=max(out["rollout_log_prob_micro_batch_size_per_gpu"] or 1,
                                      out["ref_log_prob_micro_batch_size_per_gpu"] or 1),
             tokens_per_sample=tokens, reference=bool(out["use_kl_loss"]),
-            offload=out["offload"] or Offload.NONE,
+            offload=out["offload"] or Offload.NONE, context_tokens=out["context_tokens"],
         )
         return replace(base, **changes)
 
@@ -195,8 +229,11 @@ def resolve(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> GrpoRun
     fields = {key: getattr(run, key) for key in (
         *SIZED_FIELDS, "max_prompt_length", "max_response_length", "rollout_n", "use_kl_loss",
     )}
+    shape = run.model or DEFAULT_MODEL
+    fields["context_tokens"] = vllm_context(
+        shape, run.max_prompt_length + run.max_response_length, run.extra_overrides)
     sized = derive(fields, profile, nnodes * gpus_per_node, min(gpus_per_node,
-                   profile.gpus_per_node), run.model or DEFAULT_MODEL)
+                   profile.gpus_per_node), shape)
     resolved = run.model_copy(update={**unset, **hardware, **{k: sized[k] for k in SIZED_FIELDS}})
     resolved._model = run.model
     return resolved
