@@ -34,16 +34,19 @@ class Expectations:
 
 
 def network_busbw_bound_gbs(nics_per_node: int, nic_gbps: int) -> float:
-    """The highest all-reduce (or all-gather) bus bandwidth a cluster reaches across nodes,
-    GB/s: every NIC of a node at line rate, nics_per_node x nic_gbps / 8.
+    """The ring bound of a cluster's all-reduce (or all-gather) bus bandwidth across nodes, GB/s:
+    every NIC of a node at line rate, nics_per_node x nic_gbps / 8.
 
     Bus bandwidth is nccl-tests' per-rank figure (NVIDIA/nccl-tests doc/PERFORMANCE.md:
     all-reduce busbw = algbw x 2(n-1)/n, all-gather algbw x (n-1)/n), that is the bytes one
-    rank sends per second. A ring sends each rank's 2(n-1)/n share through every hop, and NCCL
-    splits the data over one channel per NIC, each channel's ring leaving a node through its own
-    NIC: a NIC carries 1/nics of what a rank sends, so busbw reaches nics x the NIC rate, not
-    one NIC's rate (NVLink inside the node, 900 GB/s per B200, H200 or GB200, is not the limit).
-    Measured: 366 GB/s on two A4 nodes (HEALTHY_FRACTION), far above one NIC's 50 GB/s."""
+    rank sends per second. A ring sends each rank's 2(n-1)/n share through every hop, and what
+    leaves a node leaves through its NICs together, however many channels NCCL's topology search
+    spreads over them (commonly several per NIC, NCCL_NCHANNELS_PER_NET_PEER): busbw is bounded
+    by nics x the NIC rate, not one NIC's rate (NVLink inside the node, 900 GB/s per B200, H200 or
+    GB200, is not the limit). It is the bound of a ring, not of every algorithm: an NVLS-tree
+    all-reduce sends each node's reduced buffer once and can exceed it, so a floor derived from
+    it is safe, not tight. Measured: 366 GB/s on two A4 nodes (HEALTHY_FRACTION), far above one
+    NIC's 50 GB/s."""
     return nics_per_node * nic_gbps / 8
 
 
