@@ -6,7 +6,9 @@ Reads Pulumi.yaml and Pulumi.<stack>.yaml as the Pulumi CLI would (project defau
 stack's values), fills site facts the stack file leaves unset with clearly fake example values,
 runs __main__.py, and writes:
   build/<stack>/plan.json       {"stack", "project", "exampleValues", "resources", "outputs"}
-  build/<stack>/manifests.yaml  every Kubernetes object, in creation order
+  build/<stack>/manifests.yaml  every Kubernetes object
+Both are byte-stable: one config rendered twice gives the same bytes (resources and objects in
+URN order, keys sorted), and so does the printed tree, so a render can be kept and compared.
 Secret values appear only as "[secret]". A config error prints the problems and exits 2; a
 problem that quotes one of the example values says so (the user did not type it).
 `--config-file` reads another stack file in place of Pulumi.<stack>.yaml, as the CLI's flag does.
@@ -373,6 +375,13 @@ def note_examples(problem: str, inputs: StackInputs) -> str:
     return problem + "".join(f" (note: {note})" for note in notes)
 
 
+def by_urn(resources: list[mockrun.Registered]) -> list[mockrun.Registered]:
+    """`resources` in URN order. The program registers independent resources concurrently (the
+    mock monitor is called from a thread pool), so registration order differs between two runs
+    of one config; every artifact lists them in this order instead."""
+    return sorted(resources, key=lambda r: r.urn)
+
+
 def plan_document(stack: str, inputs: StackInputs, recording: mockrun.Recording) -> dict[str, Any]:
     return {
         "stack": stack,
@@ -393,7 +402,7 @@ def plan_document(stack: str, inputs: StackInputs, recording: mockrun.Recording)
                 "dependsOn": sorted(r.depends_on),
                 "inputsFrom": {k: sorted(v) for k, v in sorted(r.input_dependencies.items())},
             }
-            for r in recording.resources
+            for r in by_urn(recording.resources)
         ],
         "outputs": recording.plain_outputs(),
     }
@@ -406,7 +415,7 @@ def example_values(inputs: StackInputs, recording: mockrun.Recording) -> dict[st
         k: "[secret]" if k in inputs.secret_keys else inputs.config[k] for k in inputs.example_keys
     }
     values.update({f"invoke:{token}": answer for token, answer in recording.invokes.items()})
-    return values
+    return dict(sorted(values.items()))
 
 
 def _parent(urn: str | None) -> str | None:
@@ -423,21 +432,45 @@ def _plan_inputs(resource: mockrun.Registered) -> dict[str, Any]:
 
 # libyaml's emitter (PyYAML's C binding, in every PyYAML wheel) when present: the same documents
 # in a tenth of the time of the pure-Python one (a4's 33 objects: 0.07 s -> 0.006 s CPU). The two
-# fold long strings at different points, so the text of manifests.yaml is not a contract: it
-# loads to the same objects, and `make diff` compares those, re-dumped one by one
-# (tools/plan_diff.py `_objects`).
+# fold long strings at different points, so the text of manifests.yaml is stable for one PyYAML
+# build, not between builds: it loads to the same objects, and `make diff` compares those,
+# re-dumped one by one (tools/plan_diff.py `_objects`).
 _MANIFEST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
+def kubernetes_objects(recording: mockrun.Recording) -> list[dict[str, Any]]:
+    """Every Kubernetes object the program creates, redacted, in its resource's URN order."""
+    return [
+        mockrun.k8s_object(r) for r in by_urn(recording.resources)
+        if mockrun.is_kubernetes_object(r.type)
+    ]
+
+
 def manifests_text(objects: list[dict[str, Any]]) -> str:
-    """manifests.yaml: each object one YAML document, keys in the order the program set them."""
-    return yaml.dump_all(objects, Dumper=_MANIFEST_DUMPER, sort_keys=False)
+    """manifests.yaml: each object one YAML document, keys sorted (as `kubectl get -o yaml`)."""
+    return yaml.dump_all(objects, Dumper=_MANIFEST_DUMPER, sort_keys=True)
+
+
+def plan_json(document: dict[str, Any]) -> str:
+    """plan.json's text: keys sorted, so that it does not depend on the order anything was set."""
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def write_artifacts(
+    directory: Path, stack: str, inputs: StackInputs, recording: mockrun.Recording
+) -> list[dict[str, Any]]:
+    """plan.json and manifests.yaml of one render into `directory`; the Kubernetes objects."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "plan.json").write_text(plan_json(plan_document(stack, inputs, recording)))
+    objects = kubernetes_objects(recording)
+    (directory / "manifests.yaml").write_text(manifests_text(objects))
+    return objects
 
 
 def tree_lines(recording: mockrun.Recording) -> list[str]:
-    """`pulumi preview`-like lines: type and name, indented by parent."""
+    """`pulumi preview`-like lines: type and name, indented by parent, siblings in URN order."""
     children: dict[str | None, list[mockrun.Registered]] = {}
-    for r in recording.resources:
+    for r in by_urn(recording.resources):
         children.setdefault(_parent(r.parent), []).append(r)
     lines: list[str] = []
 
@@ -472,12 +505,7 @@ def write_plan(
         print(str(error), file=sys.stderr)
         return 2
     target = out / (stack if not mode else f"{stack}-{mode}")
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "plan.json").write_text(
-        json.dumps(plan_document(stack, inputs, recording), indent=2) + "\n"
-    )
-    objects = recording.kubernetes_objects()
-    (target / "manifests.yaml").write_text(manifests_text(objects))
+    objects = write_artifacts(target, stack, inputs, recording)
     if not quiet:
         print(f"Previewing update ({stack}, offline, Pulumi mock runtime):\n")
         print(f"    + pulumi:pulumi:Stack{'':<36} {project_name()}-{stack}")

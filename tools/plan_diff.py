@@ -102,12 +102,8 @@ def render_with_providers(stack: str, out: str, mode: str = "", config_file: str
         print(f"error: {error}", file=sys.stderr)
         return 2
     directory = Path(out) / (f"{stack}-{mode}" if mode else stack)
-    directory.mkdir(parents=True, exist_ok=True)
-    document = plan.plan_document(stack, inputs, recording)
-    (directory / "plan.json").write_text(json.dumps(document, indent=2) + "\n")
-    objects = recording.kubernetes_objects()
-    (directory / "manifests.yaml").write_text(plan.manifests_text(objects))
-    (directory / PROVIDERS_FILE).write_text(json.dumps(pickled_providers(recording), indent=2) + "\n")
+    plan.write_artifacts(directory, stack, inputs, recording)
+    (directory / PROVIDERS_FILE).write_text(plan.plan_json(pickled_providers(recording)))
     return 0
 
 
@@ -343,15 +339,16 @@ def _change_lines(change: Change) -> list[str]:
 def _objects(manifests: str) -> dict[str, str]:
     """Each Kubernetes object of a manifests.yaml as YAML, keyed `kind namespace/name`.
 
-    Keyed, not compared as one file: the program registers independent objects concurrently,
-    so their order in manifests.yaml can differ between two renders of the same program.
+    Keyed, not compared as one file, and each re-dumped with its keys sorted: a base from
+    before renders were stable (tools/plan.py) lists objects in registration order, which
+    differed between two renders of one program, with keys in the order they were set.
     """
     found: dict[str, str] = {}
     for obj in yaml.safe_load_all(manifests):
         if obj:
             meta = obj.get("metadata") or {}
             key = f"{obj.get('apiVersion')} {obj.get('kind')} {meta.get('namespace', '-')}/{meta.get('name')}"
-            found[key] = yaml.safe_dump(obj, sort_keys=False)
+            found[key] = yaml.safe_dump(obj, sort_keys=True)
     return found
 
 
