@@ -1,7 +1,7 @@
 """Benchmark: GrpoJob provider create -> RUNNING against Ray's own ways of doing the same.
 
 Three ways to submit one job and wait until Ray reports it RUNNING, on one private local Ray
-head (tests/local_ray.py), with the same entrypoint:
+head (tools/local_ray.py), with the same entrypoint:
 - the provider's `create` with waitFor=running (default request policy; includes its check for
   another live job of the run, its final status and log-tail read, as `pulumi up` would);
 - the tutorial's way: `ray job submit --no-wait`, then `ray job status` polled through the CLI;
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from components.ray.grpo_job import PROVIDER_VERSION, GrpoJobProvider
-from tests.local_ray import RAY, LocalRay, local_ray
+from tools.local_ray import RAY, LocalRay, local_ray
 
 REPETITIONS = 5
 # The provider may cost at most this much more than the raw client (issue 10): its extra work

@@ -18,7 +18,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-# The GKE minor the program creates clusters at today (components/cluster/gke_version.py asks
+# The GKE minor the program creates clusters at today (components/preflight/gke_version.py asks
 # GKE; the mock runtime answers 1.34, tools/mockrun.py). Objects are validated against that
 # minor's published schemas.
 KUBERNETES_VERSION = "1.34.0"

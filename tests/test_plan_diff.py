@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tools import force_new, plan_diff, render_fork
+from tools import force_new, plan_diff, plan_report, render_fork
 from tools.mockrun import PROJECT_SERVICE
 from tools.plan import ROOT
 from tools.render_plans import RenderRequest
@@ -56,7 +56,7 @@ def three_stacks(tmp_path_factory):
     sections = {stack: report[report.index(f"### `{stack}`"):] for stack in STACKS}
     for before, after in zip(STACKS, STACKS[1:]):
         sections[before] = sections[before][:sections[before].index(f"### `{after}`")]
-    changes = {c.name: c for c in plan_diff.resource_changes(olds, news, providers)}
+    changes = {c.name: c for c in plan_report.resource_changes(olds, news, providers)}
     return report, failed, sections, changes, scratch
 
 
@@ -271,10 +271,10 @@ def test_the_force_new_table_maps_plan_paths_onto_provider_fields(type_, path, e
 def test_the_pr_comment_carries_its_marker_and_fits_githubs_limit():
     """The workflow finds its own comment by the marker; a huge diff is cut below 65,536
     characters without leaving a code block open, and says where the whole diff is."""
-    small = plan_diff.pr_comment("## Offline plan diff\n\nNo changes.")
-    assert small.startswith(plan_diff.COMMENT_MARKER + "\n## Offline plan diff")
-    huge = plan_diff.pr_comment("```diff\n" + "+ line\n" * 20000 + "```")
-    assert len(huge) <= plan_diff.COMMENT_LIMIT
+    small = plan_report.pr_comment("## Offline plan diff\n\nNo changes.")
+    assert small.startswith(plan_report.COMMENT_MARKER + "\n## Offline plan diff")
+    huge = plan_report.pr_comment("```diff\n" + "+ line\n" * 20000 + "```")
+    assert len(huge) <= plan_report.COMMENT_LIMIT
     assert huge.count("```") % 2 == 0 and huge.rstrip().endswith("the job summary has the whole diff._")
 
 
@@ -287,7 +287,7 @@ def test_new_dependencies_or_options_alone_are_engine_only_changes():
              "type": "kubernetes:core/v1:PersistentVolumeClaim", "inputs": {"spec": {}}, "options": {},
              "dependsOn": []}
     later = {**claim, "dependsOn": [pool["urn"]], "options": {"protect": True}}
-    [change] = plan_diff.resource_changes([pool, claim], [pool, later])
+    [change] = plan_report.resource_changes([pool, claim], [pool, later])
     assert change.kind == "engine"
     assert change.fields == [("options.protect", None, True, None),
                              ("dependsOn (removed → added)", [], ["gpu-pool"], None)]
@@ -304,8 +304,8 @@ def test_components_are_not_listed_even_from_plans_that_did_not_mark_them():
               "type": "kubernetes:core/v1:Secret", "inputs": {}, "options": {}}
     head = [{**component, "dependsOn": ["x"], "custom": False}, {**manifest, "custom": False},
             {**secret, "custom": True}]
-    assert plan_diff.resource_changes([component, manifest, secret], head) == []
-    assert [c.name for c in plan_diff.resource_changes([], [component, manifest, secret])] == ["s"]
+    assert plan_report.resource_changes([component, manifest, secret], head) == []
+    assert [c.name for c in plan_report.resource_changes([], [component, manifest, secret])] == ["s"]
 
 
 def test_every_stack_file_is_a_stack_with_its_autopilot_mode_where_the_target_has_one(tmp_path):
@@ -328,7 +328,7 @@ def test_a_guards_record_change_is_an_update_by_its_own_diff(three_stacks):
     [guard] = [r for r in json.loads((head / "plan.json").read_text())["resources"]
                if r["type"].endswith("DeletionProtection")]
     older = {**guard, "inputs": {**guard["inputs"], "protected": False}}
-    [change] = plan_diff.resource_changes([older], [guard], providers)
+    [change] = plan_report.resource_changes([older], [guard], providers)
     assert change.kind == "update" and change.by_provider and not change.delete_first
 
 
@@ -340,7 +340,7 @@ def test_a_resource_renamed_with_an_alias_is_neither_deleted_nor_created():
            "custom": True, "inputs": {"protected": True}, "options": {}}
     new = {**old, "urn": old["urn"].replace("::deletion-protection", "::to-destroy"), "name": "to-destroy",
            "options": {"aliases": [{"name": "deletion-protection"}]}}
-    [change] = plan_diff.resource_changes([old], [new])
+    [change] = plan_report.resource_changes([old], [new])
     assert change.kind == "engine" and change.fields == [
         ("options.aliases", None, [{"name": "deletion-protection"}], None)]
 

@@ -1,10 +1,11 @@
 """`make diff STACK=<stack> CONFIG_BASE=<file>|<git ref>:<file> [CONFIG=<file>]`: what a config
-change of one stack does (tools/plan_diff.py's report, `--base-config`).
+change of one stack does (tools/plan_report.py's report; `python -m tools.plan_diff
+--base-config` hands its parsed arguments to `main` here).
 
 Both plans are rendered by the work tree's program (tools/render_plans.py), the base from the
 stack file CONFIG_BASE names (a path, or the file at a commit, read with `git show`), the head from
 CONFIG or the stack's own Pulumi.<stack>.yaml, and compared as tools/plan_diff.py compares two
-commits' plans: a reviewer of a config change sees what it replaces, not every resource created.
+commits' plans (tools/plan_report.py): a reviewer of a config change sees what it replaces, not every resource created.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 from tools import cli
-from tools.plan_diff import ROOT, emit, stack_report
-from tools.render_plans import RenderRequest, render_all, split_stack
+from tools.plan_report import emit, stack_report
+from tools.render_plans import ROOT, RenderRequest, render_all, split_stack
 
 
 def config_at(spec: str, scratch: Path) -> tuple[Path, str]:

@@ -434,7 +434,7 @@ def _plan_inputs(resource: mockrun.Registered) -> dict[str, Any]:
 # in a tenth of the time of the pure-Python one (a4's 33 objects: 0.07 s -> 0.006 s CPU). The two
 # fold long strings at different points, so the text of manifests.yaml is stable for one PyYAML
 # build, not between builds: it loads to the same objects, and `make diff` compares those,
-# re-dumped one by one (tools/plan_diff.py `_objects`).
+# re-dumped one by one (tools/plan_report.py `_objects`).
 _MANIFEST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 

@@ -25,7 +25,7 @@ from components.schema.run import brought_problems, run_problems
 from components.schema.staging import staging_problems
 
 if TYPE_CHECKING:
-    from components.schema.config import StackConfig
+    from components.schema.stack_config import StackConfig
 
 
 def cross_field_problems(config: StackConfig) -> list[str]:
