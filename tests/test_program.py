@@ -37,7 +37,7 @@ def test_every_resource_belongs_to_a_component_and_is_named_after_it(program):
     components = {r.urn: r for r in recording.resources if r.type.startswith("verl-gke:index:")}
     assert components, "no components registered"
     for r in recording.resources:
-        parent = plan._parent(r.parent)
+        parent = plan.parent_urn(r.parent)
         if parent is None:
             continue
         owner = recording.by_urn(parent)

@@ -88,7 +88,7 @@ def pickled_providers(recording) -> dict[str, str]:
     secret (it may capture values), unwrapped here. `make diff` writes it only into its own
     temporary directory, which it deletes; none of this program's providers captures one."""
     from tools import mockrun
-    from tools.plan import DYNAMIC_PROVIDER_KEY
+    from tools.plan_artifacts import DYNAMIC_PROVIDER_KEY
 
     found = {}
     for r in recording.resources:

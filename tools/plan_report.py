@@ -62,7 +62,7 @@ def provider_diff(
 
     import dill
 
-    from tools.plan import DYNAMIC_PROVIDER_KEY
+    from tools.plan_artifacts import DYNAMIC_PROVIDER_KEY
 
     provider = dill.loads(base64.b64decode(pickled))
     strip = lambda props: {k: v for k, v in props.items() if k != DYNAMIC_PROVIDER_KEY}  # noqa: E731
