@@ -2,14 +2,15 @@
 
 A CronJob runs components/ray/supervisor.py every SUPERVISOR_PERIOD_MINUTES with
 `concurrencyPolicy: Forbid` (one tick at a time, a long tick delays the next) and a Job
-`backoffLimit: 0` (a failed tick is simply followed by the next). Its code (supervisor.py, its
-I/O supervisor_io.py, and protocol.py, the rules it shares with the provider) and the run's
-spec are in one ConfigMap; what it did is in a second ConfigMap, under a key only it writes
-(the job's provider writes its mark under another, protocol.MARK_KEY; Pulumi creates the
-ConfigMap empty and never reads its data back as a change). Its service account may read and
-merge-patch the state ConfigMap and patch (not read) the one RayCluster, in this namespace only
-(a Role, not a ClusterRole). It reaches the Ray dashboard through the head Service, which the
-head's NetworkPolicy opens to pods of the namespace; nothing is exposed outside it.
+`backoffLimit: 0` (a failed tick is simply followed by the next). Its code (supervisor.py,
+supervisor_end.py, what it does after the run, its I/O supervisor_io.py, and protocol.py, the
+rules it shares with the provider) and the run's spec are in one ConfigMap; what it did is in a
+second ConfigMap, under a key only it writes (the job's provider writes its mark under another,
+protocol.MARK_KEY; Pulumi creates the ConfigMap empty and never reads its data back as a change).
+Its service account may read and merge-patch the state ConfigMap and patch (not read) the one
+RayCluster, in this namespace only (a Role, not a ClusterRole). It reaches the Ray dashboard
+through the head Service, which the head's NetworkPolicy opens to pods of the namespace; nothing
+is exposed outside it.
 
 Why not KubeRay's RayJob: on an existing RayCluster (`clusterSelector`) it cannot retry
 (rejected since 1.6.0), its deadline leaves the Ray job running, it never releases anything and
@@ -42,7 +43,8 @@ from components.schema.lifecycle import SUPERVISOR_PERIOD_MINUTES, RunLifecycle
 _HERE = Path(__file__).resolve().parent
 # The files the supervisor's pod runs, as `python -m components.ray.supervisor` in /app (a
 # namespace package: no __init__.py is needed).
-CODE = {name: _HERE / name for name in ("protocol.py", "supervisor.py", "supervisor_io.py")}
+CODE = {name: _HERE / name for name in (
+    "protocol.py", "supervisor.py", "supervisor_end.py", "supervisor_io.py")}
 APP_DIR = "/app"
 SPEC_FILE = "run.json"
 LABELS = {"app.kubernetes.io/name": "verl-gke-supervisor"}
