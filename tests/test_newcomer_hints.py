@@ -1,6 +1,7 @@
-"""The hints a newcomer meets first say what works (issue 41 §3; RE-12 of the fourth ecosystem
-review): `make diff CONFIG_BASE=HEAD:<file>` of a stack file that was never committed. Each
-message names the value and a fix that is then shown to work."""
+"""The hints a newcomer meets first say what works (issue 41 §3; RE-12 and RE-14 of the fourth
+ecosystem review): `make diff CONFIG_BASE=HEAD:<file>` of a stack file that was never committed,
+and a project renamed by `pulumi new` planning the shipped stack files, written for `verl-gke:`.
+Each message names the value and a fix that is then shown to work."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
 from tools import cli, config_diff, plan
 from tools.plan import ROOT
@@ -42,3 +44,33 @@ def test_an_uncommitted_stack_file_as_the_config_base_is_answered_with_a_copy(tm
     assert config_diff.config_at("HEAD:Pulumi.a4.yaml", tmp_path / "scratch")[0].is_file()
     with pytest.raises(cli.UsageError, match="git cannot use it"):
         config_diff.config_at("no-such-ref:Pulumi.a4.yaml", tmp_path / "scratch")
+
+
+def test_a_renamed_project_is_told_how_to_rename_the_shipped_stack_files(tmp_path, monkeypatch, capsys):
+    """In a project named my-rl, the shipped Pulumi.a4.yaml (keys under verl-gke:) stops the
+    plan at `my-rl:target` missing, as the CLI does; the message gives the command that renames
+    the file's keys, and after running it the stack's config reads as the project's own."""
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    project["name"] = "my-rl"
+    (tmp_path / "Pulumi.yaml").write_text(yaml.safe_dump(project, sort_keys=False))
+    shutil.copy(ROOT / "Pulumi.a4.yaml", tmp_path / "Pulumi.a4.yaml")
+    monkeypatch.setattr(plan, "ROOT", tmp_path)
+    assert cli.run(plan.main, ["--stack", "a4", "--out", str(tmp_path / "build"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "missing configuration values: my-rl:target" in err and "Traceback" not in err
+    command = "sed -i.bak 's/verl-gke:/my-rl:/g' Pulumi.a4.yaml"
+    assert f"`{command}`" in err
+    subprocess.run(command, shell=True, cwd=tmp_path, check=True)
+    assert plan.stack_inputs("a4").config["my-rl:target"] == "a4"
+
+
+def test_the_rename_hint_is_only_for_the_templates_keys(tmp_path, monkeypatch):
+    """A stack file that lacks the target under every name gets no rename hint: nothing to
+    rename, only the key to set."""
+    (tmp_path / "Pulumi.yaml").write_text(
+        (ROOT / "Pulumi.yaml").read_text().replace("name: verl-gke", "name: my-rl", 1))
+    (tmp_path / "Pulumi.bare.yaml").write_text("config: {}\n")
+    monkeypatch.setattr(plan, "ROOT", tmp_path)
+    with pytest.raises(plan.MissingConfig) as missing:
+        plan.stack_inputs("bare")
+    assert "my-rl:target" in str(missing.value) and "sed" not in str(missing.value)

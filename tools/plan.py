@@ -284,8 +284,23 @@ def stack_inputs(
             f"Stack '{stack}' is missing configuration values: {', '.join(sorted(missing))}; "
             "set them with `pulumi config set <key> <value>`"
             + "".join(f"; {twin}" for twin in set_twins)
+            + _template_keys_hint(path, ns, missing, config)
         )
     return inputs
+
+
+def _template_keys_hint(path: Path, ns: str, missing: list[str], config: dict[str, str]) -> str:
+    """Where a project renamed from the template (`pulumi new` with another name) meets a
+    shipped stack file, whose keys are `verl-gke:...`: the command that renames them all."""
+    template = pulumi_forms.TEMPLATE_PROJECT
+    if ns == template or not any(f"{template}:{key.partition(':')[2]}" in config for key in missing):
+        return ""
+    return (
+        f"; {path.name} is written for the project {template} (`{template}:target`), but this "
+        f"project is {ns} (Pulumi.yaml's `name:`), which reads `{ns}:<key>`: rename its keys, "
+        f"`sed -i.bak 's/{template}:/{ns}:/g' {path.name}` (the shipped "
+        "Pulumi.a4.yaml, Pulumi.a3u.yaml and Pulumi.a4x.yaml are all written so)"
+    )
 
 
 def provider_twins(ns: str) -> dict[str, str]:
