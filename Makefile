@@ -14,7 +14,7 @@ STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model outputs curve logs cost test explore conformance-a4x bench clean
+.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model training-stack outputs curve logs cost test explore conformance-a4x bench clean
 
 venv: $(VENV)/.tools-installed
 dev: $(VENV)/.dev-installed
@@ -57,9 +57,10 @@ node_modules/.installed: package.json package-lock.json
 plan: venv
 	$(PY) -m tools.plan --stack $(STACK) $(if $(MODE),--mode $(MODE),)
 
+## Render every shipped stack in every mode it runs in (the one list: tools/stacks.py)
 plan-all: venv
-	for s in a4 a3u a4x; do $(PY) -m tools.plan --stack $$s --quiet || exit 1; done
-	for s in a4 a3u; do $(PY) -m tools.plan --stack $$s --mode autopilot --quiet || exit 1; done
+	@stacks="$$($(PY) -m tools.stacks --plan-args)" && echo "$$stacks" | while read -r args; do \
+	  $(PY) -m tools.plan $$args --quiet || exit 1; done
 
 ## Run the policy pack (policy/) against a stack's offline plan, in the pack's own venv:
 ## make policy STACK=a4 [MODE=autopilot] [POLICY_CONFIG=levels.json (as --policy-pack-config)]
@@ -78,10 +79,17 @@ diff: venv
 critical-path: venv
 	$(PY) -m tools.critical_path --stack $(STACK) $(if $(MODE),--mode $(MODE),)
 
-## Modelled step time and GPU-hours of a default run per stack and node count (an estimate):
-## make step-model [STACK=a4|<any stack with a Pulumi.<stack>.yaml>] [NODES="2 8 32"]
+## Modelled step time and GPU-hours of a run (an estimate): every target's tutorial job and
+## defaults per node count, or a stack's own job at its (or NODES') node count:
+## make step-model [STACK=<any stack with a Pulumi.<stack>.yaml>] [NODES="2 8 32"]
 step-model: venv
 	$(PY) -m tools.step_model $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(NODES),--nodes $(NODES),)
+
+## The training stack of each stack (image, verl ref, what the pods add), checked offline against
+## verl at its pinned ref: its config composed and read back, the imports of the code it selects
+## found in the image (docs/training.md, "The training stack"): make training-stack [STACK=a4]
+training-stack: venv
+	$(PY) -m tools.training_stack $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),)
 
 ## Stack outputs of the offline plan, as `pulumi stack output --json` prints them (secrets
 ## masked), checked against schemas/stack-outputs.schema.json: make outputs STACK=a4 [MODE=autopilot]
@@ -100,9 +108,9 @@ logs: venv
 
 ## What a default `pulumi up` of each stack costs per hour, at list prices (the README's table),
 ## and one run (an estimate: set-up and training time x the price):
-## make cost [STACK=<any stack with a Pulumi.<stack>.yaml>] [PRICES=my-prices.json]
+## make cost [STACK=<any stack with a Pulumi.<stack>.yaml>] [PRICES=my-prices.json] [CATALOG=vms.csv]
 cost: venv
-	@$(PY) -m tools.cost $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(PRICES),--prices $(PRICES),)
+	@$(PY) -m tools.cost $(if $(filter command line environment,$(origin STACK)),--stack $(STACK),) $(if $(PRICES),--prices $(PRICES),) $(if $(CATALOG),--catalog $(CATALOG),)
 
 ## Run the whole test suite (CI calls this through .ci/run). Three workers on two cores: the
 ## real-Ray tests spend most of their time waiting for jobs, and the third worker fills it.

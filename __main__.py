@@ -313,6 +313,8 @@ job = GrpoJob(
         checked=check.check_id if check else None,
         ray_cluster=ray.cluster_name,
         supervisor_state=state_name("grpo-supervisor"),
+        # New Ray pods (image, shape) replace the run: the old attempt dies with its pods.
+        ray_pods=ray.pods_digest,
         # The export's memory need, from the shape the model check read (default model: shipped).
         **({"model_parameters": run.model.parameter_count} if run.model else {}),
     ),

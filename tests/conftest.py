@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tools import plan
+from tools import plan, stacks
 
-STACK_MODES = [("a4", "standard"), ("a4", "autopilot"), ("a3u", "standard"), ("a3u", "autopilot"), ("a4x", "standard")]
+# Every shipped stack and mode, from the one list (tools/stacks.py).
+STACK_MODES = list(stacks.STACK_MODES)
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from components.facts import pins
 from components.facts.hardware import profile
 from components.ray import cluster_check
 from components.ray.cluster_check import ClusterCheckArgs, ClusterCheckProvider, judge
@@ -99,6 +100,37 @@ def test_judge_names_a_missing_node_and_a_wrong_gpu():
     assert len(problems) == 2
 
 
+def test_judge_names_a_driver_older_than_the_images_cuda_and_a_missing_pod_package():
+    """A node whose NVIDIA driver is older than the verl image's CUDA needs (pins.MIN_GPU_DRIVER)
+    fails the check with the fix, before a training attempt dies on it; so does a node whose
+    pod could not install TransferQueue, which the V1 trainer imports. A node at the floor, with
+    everything importable, passes."""
+    names = ["NVIDIA B200"] * 8
+    measured = {
+        "inventory": [
+            {"node": "10.0.0.5", "gpus": 8, "names": names, "driver": "570.172.08",
+             "missing": []},
+            {"node": "10.0.0.6", "gpus": 8, "names": names, "driver": pins.MIN_GPU_DRIVER,
+             "missing": ["transfer_queue"]},
+            {"node": "10.0.0.7", "gpus": 8, "names": names, "driver": "580.105.08",
+             "missing": []},
+        ],
+        "allReduce": {"busbw_gbs": 300.0, "world_size": 24},
+        "read": {"path": "/data/m", "mbps": 900.0},
+    }
+    want = {**_want("a4", nodes=3), "nccl_network": None}
+    problems = judge(measured, want)
+    assert len(problems) == 2, problems
+    assert "10.0.0.5 runs NVIDIA driver 570.172.08" in problems[0]
+    assert "580.65.06 or newer" in problems[0] and "LATEST" in problems[0]
+    assert "10.0.0.6 cannot import transfer_queue" in problems[1]
+    assert "FailedPostStartHook" in problems[1]
+    assert want["modules"] == ["transfer_queue"] and "--modules transfer_queue" in \
+        cluster_check.check_command(ClusterCheckArgs(
+            profile=profile("a4"), nodes=2, model_path="/data/m", runtime_env={},
+            namespace="verl", head_service="h"))
+
+
 def test_the_provider_reads_the_result_line_the_script_prints():
     """The prefix is kept in two places (the program must not import ray); they agree."""
     assert f'RESULT_PREFIX = "{cluster_check.RESULT_PREFIX}"' in cluster_check.SCRIPT.read_text()
@@ -166,14 +198,16 @@ def test_no_nccl_report_is_a_failure_not_a_pass():
 
 
 def test_the_check_runs_under_the_env_verl_gives_its_workers():
-    """The check measures with verl's worker env: on a4/a3u verl's NCCL_CUMEM_ENABLE=0 applies
-    (the job does not set it), on A4X the job's 1 wins over it; the job's own NCCL_DEBUG=INFO
-    is kept over verl's WARN (verl/trainer/constants_ppo.py:56-58)."""
+    """The check measures with the env the pinned verl gives its workers: on a4/a3u no
+    NCCL_CUMEM_ENABLE (verl sets 0 only for the vLLM servers), on A4X the job's 1; the job's
+    own NCCL_DEBUG=INFO is kept over verl's WARN (verl/trainer/constants_ppo.py:101-103), and
+    the keys verl forwards whatever the env says are there (components/facts/verl.py)."""
     from components.schema.run_env import effective_env
 
     a4 = effective_env(profile("a4"), 2)["env_vars"]
     a4x = effective_env(profile("a4x"), 4)["env_vars"]
-    assert a4["NCCL_CUMEM_ENABLE"] == "0" and a4x["NCCL_CUMEM_ENABLE"] == "1"
+    assert "NCCL_CUMEM_ENABLE" not in a4 and a4x["NCCL_CUMEM_ENABLE"] == "1"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in a4 and a4["PYTHONHASHSEED"] == "0"
     assert a4["NCCL_DEBUG"] == a4x["NCCL_DEBUG"] == "INFO"
     assert a4["VLLM_DISABLE_COMPILE_CACHE"] == "1"
 
@@ -202,8 +236,8 @@ def test_the_inventory_asks_every_node_before_waiting_for_any(monkeypatch):
         def __init__(self, node):
             self.node = node
 
-        def remote(self):
-            events.append(("submit", self.node))
+        def remote(self, modules):
+            events.append(("submit", self.node, tuple(modules)))
             return f"ref-{self.node}"
 
     class Devices:
@@ -223,7 +257,7 @@ def test_the_inventory_asks_every_node_before_waiting_for_any(monkeypatch):
 
     monkeypatch.setattr(script, "ray", FakeRay)
     monkeypatch.setattr(script, "_devices", Devices())
-    found = script.inventory("nccl", 8)
-    assert events == [("submit", "n0"), ("submit", "n1"), ("submit", "n2"),
-                      ("get", ("ref-n0", "ref-n1", "ref-n2"))]
+    found = script.inventory("nccl", 8, ["transfer_queue"])
+    assert events == [("submit", f"n{i}", ("transfer_queue",)) for i in range(3)] + [
+        ("get", ("ref-n0", "ref-n1", "ref-n2"))]
     assert [node["gpus"] for node in found] == [8, 8, 8]

@@ -108,6 +108,7 @@ def test_create_reports_running_and_refresh_reports_success_with_metrics(ray_hea
     assert refreshed.outs["end_time"] >= refreshed.outs["start_time"]
     assert refreshed.outs["metrics"] == {
         "step": 3.0, "critic/score/mean": 0.3, "actor/lr": 1e-05, "response_length/mean": 103.0,
+        "timing_s/step": 11.5,
     }
     assert refreshed.outs["entrypoint"] == inputs["entrypoint"]
 

@@ -348,15 +348,16 @@ def test_a_resource_renamed_with_an_alias_is_neither_deleted_nor_created():
 def test_two_configs_of_one_stack_show_what_the_config_change_replaces(tmp_path, capsys):
     """`make diff STACK=dev CONFIG_BASE=HEAD:Pulumi.a4.yaml CONFIG=<file>`: a stack file of the
     user's own compared with a stack file at a git revision, both planned by the work tree's
-    program: 2 -> 4 nodes resizes the GPU pool and replaces the job and the check (their own
-    providers' diff), and nothing shows as created (not "81 to create")."""
+    program: 2 -> 4 nodes resizes the GPU pool, replaces the RayCluster (a4's add-on: any spec
+    change, components/ray/verl_ray_cluster.py), the job and the check (their own providers'
+    diff), and nothing shows as created (not "81 to create")."""
     head = tmp_path / "Pulumi.dev.yaml"
     head.write_text((ROOT / "Pulumi.a4.yaml").read_text().replace("config:\n", "config:\n  verl-gke:gpuNodes: 4\n", 1))
     argv = ["--stack", "dev", "--base-config", "HEAD:Pulumi.a4.yaml", "--head-config", str(head)]
     assert plan_diff.main(argv) == 0
     out = capsys.readouterr().out
     assert "Base config: `HEAD:Pulumi.a4.yaml`" in out
-    assert "**3 to replace, 2 to update, 0 to create, 0 to delete**" in out
+    assert "**4 to replace, 1 to update, 0 to create, 0 to delete**" in out
     assert "- **~ update** `gcp:container/nodePool:NodePool` `gpu-pool`" in out
     assert "  - `autoscaling.totalMaxNodeCount`: 2 → 4" in out
     assert "`pulumi-python:dynamic/verl-gke:GrpoRun` `grpo-run` (delete first, then create)" in out

@@ -14,7 +14,7 @@ from components.ray import job_provider, protocol
 from components.ray.protocol import Ending, attempt_id
 from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeJobs, FakeRay
-from tests.test_supervisor_ticks import RUN, STEP, spec, submit, tick
+from tests.test_supervisor_ticks import RUN, spec, step, submit, tick
 
 START, END = 1_000_000_000, 1_000_600_000  # an attempt's start_time and end_time (ms)
 
@@ -77,7 +77,7 @@ def test_a_preempted_run_resumes_with_no_retries_left(world):
     ray, cluster = world
     a0 = submit(ray)
     ray.run(a0)
-    ray.log(a0, STEP.format(12))
+    ray.log(a0, step(12))
     ray.lose_node(a0)
     record = tick(ray, cluster, spec(max_retries=0))
     a1 = attempt_id(RUN, 1)

@@ -436,6 +436,7 @@ def test_plan_files_have_the_documented_shape(tmp_path):
         assert set(resource["options"]) == {
             "protect", "retainOnDelete", "deleteBeforeReplace", "ignoreChanges",
             "replaceOnChanges", "customTimeouts", "import", "provider", "aliases",
+            "replacementTrigger",
         }
     manifests = list(yaml.safe_load_all((tmp_path / "a3u" / "manifests.yaml").read_text()))
     assert all({"apiVersion", "kind", "metadata"} <= set(m) for m in manifests)

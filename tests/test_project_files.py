@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from components.facts import pins
 from components.facts.hardware import PROFILES
 from components.schema import config
 
@@ -113,7 +114,7 @@ def test_tests_run_the_ray_release_the_clusters_run():
     """The Ray the tests start is a release a RayCluster of this program runs, so the job's
     provider is tested against the Jobs API it talks to; and it is a test dependency only."""
     ray = _pins("requirements-dev.txt")["ray"]
-    assert ray in {profile.ray_version for profile in PROFILES.values()}
+    assert ray == pins.RAY_VERSION
     assert "ray" not in _pins("requirements.txt") | _pins("requirements-tools.txt")
 
 

@@ -81,10 +81,10 @@ def test_the_shipped_code_runs_on_the_standard_library_alone(tmp_path):
     """The pod's files, laid out as the ConfigMap mounts them, import on an interpreter without
     site-packages (the image is a bare Python)."""
     code = _objects()["ConfigMap/sup"]["data"]
-    for key in supervision.CODE:
-        path = tmp_path / "components" / "ray" / key
+    for relative in supervision.CODE_PATHS:
+        path = tmp_path / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(code[key])
+        path.write_text(code[path.name])
     done = subprocess.run(
         [sys.executable, "-S", "-c", "import components.ray.supervisor as s; print(s.tick)"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from components.facts import verl
 from components.ray import protocol, supervisor
 from components.ray.job_provider import PROVIDER_VERSION, GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RequestPolicy
@@ -174,7 +175,7 @@ def test_a_failed_run_is_resubmitted_as_its_next_attempt_and_resumes(ray_head, c
     done = wait_status(ray_head, f"{sid}-a1", {"SUCCEEDED"})
     assert done["metadata"]["verl-gke-attempt"] == "1"
     log = requests.get(f"{ray_head.dashboard_url}/api/jobs/{sid}-a1/logs", timeout=10).json()
-    assert f"Load from checkpoint folder: {ckpt}/global_step_2" in log["logs"]
+    assert verl.RESUMED.format(folder=f"{ckpt}/global_step_2", step=2) in log["logs"]
 
     refreshed = GrpoJobProvider(POLICY, say=lambda _: None).read(sid, provider_props(spec))
     assert refreshed.outs["attempts"] == 2

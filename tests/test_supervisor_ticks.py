@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import pytest
 
+from components.facts import verl
 from components.ray import protocol, supervisor
 from components.ray.protocol import attempt_id
 from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeRay
 
 RUN = "verl-gke-test-grpo-0123456789ab"
-STEP = "(TaskRunner pid=1) step:{} - critic/score/mean:0.5 - actor/lr:np.float64(1e-05)"
+
+
+def step(number: int) -> str:
+    """A training step's line as the pinned verl prints it (components/facts/verl.py)."""
+    return "(TaskRunner pid=1) " + verl.step_line(number, {
+        "critic/score/mean": 0.5, "actor/lr": "np.float64(1e-05)",
+        verl.TRAINING_STEP_KEY: "np.float64(60.0)"})
+
+
 NCCL = "(WorkerDict pid=1) NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read"
 
 
@@ -65,7 +74,7 @@ def test_a_failed_attempt_is_followed_by_the_next_one_under_its_own_id(world):
     ray, cluster = world
     a0 = submit(ray)
     ray.run(a0)
-    ray.log(a0, STEP.format(7))
+    ray.log(a0, step(7))
     ray.finish(a0, "FAILED")
     record = tick(ray, cluster, spec())
     assert ray.submissions == [a0, attempt_id(RUN, 1)]
@@ -82,7 +91,7 @@ def test_a_new_attempts_first_tick_never_takes_the_old_attempts_step(world):
     ray, cluster = world
     a0 = submit(ray)
     ray.run(a0)
-    ray.log(a0, STEP.format(35))
+    ray.log(a0, step(35))
     ray.finish(a0, "FAILED")
     tick(ray, cluster, spec())
     ray.run(attempt_id(RUN, 1))
@@ -136,7 +145,7 @@ def test_a_head_restart_resumes_the_run_as_its_next_attempt(world):
     ray.finish(a0, "FAILED")
     tick(ray, cluster, spec())
     ray.run(attempt_id(RUN, 1))
-    ray.log(attempt_id(RUN, 1), STEP.format(12))
+    ray.log(attempt_id(RUN, 1), step(12))
     tick(ray, cluster, spec())
     ray.restart_head()
     record = tick(ray, cluster, spec())
@@ -292,9 +301,9 @@ def test_a_flood_of_log_lines_does_not_hide_the_last_step(world):
     ray, cluster = world
     a0 = submit(ray)
     ray.run(a0)
-    ray.log(a0, STEP.format(3))
+    ray.log(a0, step(3))
     tick(ray, cluster, spec(stall_s=60), now=ray.clock + 1)
-    ray.log(a0, STEP.format(4))
+    ray.log(a0, step(4))
     for _ in range(supervisor._LOG_LINES + 10):
         ray.log(a0, NCCL)
     record = tick(ray, cluster, spec(stall_s=60), now=ray.clock + 50)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numbers
 import os
-import pprint
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import pytest
 import re2
 import requests
 
+from components.facts import verl
 from components.observability import log_metrics, log_shipper, training_log
 from components.observability.scope import Scope
 from components.observability.training_log import Kind
@@ -191,12 +191,11 @@ def test_failure_counter_matches_the_failed_run_only(shipped):
 
 
 def verl_step_line(step: int, metrics: dict[str, object]) -> str:
-    """A shipped verl step line: verl's console format (verl/utils/logger/aggregate_logger.py
-    concat_dict_to_str at b178a3cd5: `step:N` then `key:pprint.pformat(value)` for numbers,
-    joined by " - "), behind the TaskRunner actor's prefix and the shipper's tag."""
-    parts = [f"step:{step}"] + [f"{k}:{pprint.pformat(v)}" for k, v in metrics.items()
-                                if isinstance(v, numbers.Number)]
-    return f"[job-driver-raysubmit_abc] (TaskRunner pid=77) {' - '.join(parts)}"
+    """A shipped verl step line: the pinned verl's console format (components/facts/verl.py
+    step_line, numbers only as verl keeps them), behind the TaskRunner actor's prefix and the
+    shipper's tag."""
+    numeric = {k: v for k, v in metrics.items() if isinstance(v, numbers.Number)}
+    return f"[job-driver-raysubmit_abc] (TaskRunner pid=77) {verl.step_line(step, numeric)}"
 
 
 # Neighbours verl logs with a name that starts like the collapse keys: actor/entropy_loss
@@ -209,6 +208,7 @@ COLLAPSE_LINE_METRICS = {
     "actor/entropy": np.float64(0.0312),
     "actor/pg_clipfrac": 0.1875,
     "actor/ppo_kl": np.float64(-1.5e-05),
+    "timing_s/step": np.float64(61.5),  # on every training step (components/facts/verl.py)
 }
 
 

@@ -291,17 +291,18 @@ def test_no_head_takes_ray_work_and_every_head_has_a_dev_shm(target, mode):
 
 
 @pytest.mark.parametrize("target,mode", TARGET_MODES, ids=IDS)
-def test_transfer_queue_is_installed_at_its_pinned_version_on_arm64_only(target, mode):
-    """The arm64 image gets TransferQueue==<pin> at container start; amd64 pods get no hook."""
+def test_every_pod_installs_what_the_image_lacks_without_moving_its_packages(target, mode):
+    """Every Ray pod, on every architecture, installs pins.POD_PACKAGES (TransferQueue, which
+    verl's V1 trainer imports and no verl image ships) at container start, exactly pinned and
+    with --no-deps, so that pip resolves nothing and changes none of the image's packages; the
+    tutorial's hook was A4X's only, and a4/a3u's default run died importing transfer_queue."""
     obj = rendered(target, mode)
     for group in (head(obj), worker_group(obj)):
-        hook = container(group).get("lifecycle")
-        if profile(target).arch is Arch.ARM64:
-            command = hook["postStart"]["exec"]["command"]
-            pinned = f"TransferQueue=={pins.TRANSFER_QUEUE_VERSION}"
-            assert command[-1] == f"pip3 install --quiet {pinned}"
-        else:
-            assert hook is None
+        command = container(group)["lifecycle"]["postStart"]["exec"]["command"]
+        words = command[-1].split()
+        assert words[:4] == ["python3", "-m", "pip", "install"] and "--no-deps" in words
+        assert "TransferQueue==0.1.8" in words
+        assert [w for w in words if "==" in w] == [p.requirement for p in pins.POD_PACKAGES]
 
 
 @pytest.mark.parametrize("target,mode", TARGET_MODES, ids=IDS)

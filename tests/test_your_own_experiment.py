@@ -103,8 +103,11 @@ def test_the_plan_of_a_run_with_its_own_image_workdir_data_and_reward(planned):
     command = job.plain_inputs["entrypoint"]
     assert command.startswith(f"cd {mount} && ")
     overrides = _overrides(command)
-    assert overrides["custom_reward_function.path"] == f"{mount}/reward.py"
-    assert overrides["custom_reward_function.name"] == "exact_answer"
+    # Where the pinned verl reads them (components/facts/verl.py), not the legacy group it
+    # composes and ignores; tests/test_training_stack.py reads them back from verl's config.
+    assert overrides["reward.custom_reward_function.path"] == f"{mount}/reward.py"
+    assert overrides["reward.custom_reward_function.name"] == "exact_answer"
+    assert not any(key.startswith("custom_reward_function") for key in overrides)
     assert overrides["data.train_files"] == f"{mount}/data/train.parquet"
     assert overrides["data.val_files"] == f"{mount}/data/test.parquet"
     assert overrides["actor_rollout_ref.model.path"] == "/data/models/my-7b"

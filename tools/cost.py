@@ -1,14 +1,16 @@
 """What a default `pulumi up` of each stack costs per hour while it runs, what one run costs
 (an estimate), and what still bills once its run has released the GPUs, at list prices.
 
-    python -m tools.cost [--stack a4|<any stack with a Pulumi.<stack>.yaml> ...] [--prices my-prices.json]
+    python -m tools.cost [--stack a4|<any stack with a Pulumi.<stack>.yaml> ...]
+                         [--prices my-prices.json] [--catalog vms.csv]
     python -m tools.cost --update-readme
 
 The node counts come from each stack's offline plan: its node pools' machine types, zones and
-autoscaling bounds, exactly as the program registers them. The prices come from
-components/facts/prices.py, or from a JSON file of your own ({"a4x-highgpu-4g": 123.4, ...}, USD
-per node-hour; "gke-cluster" for the cluster fee), e.g. read from your billing account's
-Cloud Billing Catalog. A machine type without a price is shown as such, never counted as free.
+autoscaling bounds, exactly as the program registers them. The prices come from a catalogue
+(tools/price_book.py: the repository's rows of SkyPilot's GCP catalogue, or `--catalog` a whole
+one), and from a JSON file of your own on top ({"a4x-highgpu-4g": 123.4, "a4-highgpu-8g:spot":
+40.1, ...}, USD per node-hour; "gke-cluster" for the cluster fee), checked against the items
+priced. A machine type without a price is shown as such, never counted as free.
 The README's cost table and docs/cost.md (the table with its sources, and what still bills after
 a run per provisioning mode) are this tool's output for every stack at the committed prices
 (`--update-readme` rewrites them; tests/test_cost.py keeps them equal).
@@ -16,15 +18,17 @@ a run per provisioning mode) are this tool's output for every stack at the commi
 The cost of one run (`run_table`, printed by `make cost`, an ESTIMATE): the stack's hourly cost
 (GPU pools at their ceiling, CPU pools at their floor) times the set-up time to the first
 training step (tools/critical_path.py's estimate of the stack's plan) plus the training time
-(tools/step_model.py's model of the stack's own job at its node count). Set-up is counted at the
-full hourly rate although the GPU nodes join part-way through it: an upper bound for set-up.
+(tools/step_model.py's model of the stack's own job at its node count, `make step-model STACK=`'s
+row), on demand, on Spot and flex-start where the target offers them and a price exists. Set-up
+is counted at the full hourly rate although the GPU nodes join part-way through it: an upper
+bound for set-up. Every stack's provisioning modes (what still bills after the release) are
+planned with the stack's own config, its reservation dropped for spot and flex-start.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import re
 import sys
 from dataclasses import dataclass
@@ -32,11 +36,11 @@ from pathlib import Path
 from typing import Iterable
 
 from components.facts.hardware import PROFILES, Target
+from components.facts.prices import CATALOG_FILE, CLUSTER_FEE, CatalogError, Mode
 from components.schema.choices import Capacity
-from components.facts.prices import (
-    CLUSTER_FEE, LIST_PRICES, NOT_INCLUDED, READ_ON, REGION, Source,
-)
-from tools import mockrun, plan
+from tools import mockrun, plan, price_book
+from tools.price_book import PriceBook, PriceFileError
+from tools.stacks import STACKS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -46,11 +50,10 @@ RELEASE_BLOCK = re.compile(r"(<!-- release-table:[^\n]*-->\n)(.*?)(\n<!-- /relea
 NODE_POOL = "gcp:container/nodePool:NodePool"
 CLUSTER = "gcp:container/cluster:Cluster"
 GPUS_PER_NODE = {profile.machine_type: profile.gpus_per_node for profile in PROFILES.values()}
-
-
-class PriceFileError(Exception):
-    """A prices file that cannot be used; the message names the file, the key and the fix."""
-
+# The GPU mode each provisioning mode buys: a reservation bills "at the same on-demand rate as
+# running VMs" (GCP, use reservations).
+BOUGHT = {Capacity.RESERVATION: Mode.ON_DEMAND, Capacity.SPOT: Mode.SPOT,
+          Capacity.FLEX_START: Mode.FLEX_START}
 
 @dataclass(frozen=True)
 class PoolSize:
@@ -83,11 +86,15 @@ class StackCost:
         return sum(GPUS_PER_NODE.get(p.machine_type, 0) * p.running(False) for p in self.pools)
 
     def hourly(
-        self, prices: dict[str, float | None], at_most: bool
+        self, prices: dict[str, float | None], at_most: bool, mode: Mode = Mode.ON_DEMAND
     ) -> tuple[float, list[tuple[int, str]]]:
-        """USD per hour of everything priced while the run trains, with the other pools at
-        their floor (or ceiling), and the items (count, name) that have no price."""
-        return self._priced([(pool.running(at_most), pool.machine_type) for pool in self.pools], prices)
+        """USD per hour of everything priced while the run trains, its GPU nodes bought in
+        `mode` (a CPU pool is on demand in every mode), with the other pools at their floor (or
+        ceiling), and the items (count, price key) that have no price."""
+        return self._priced([
+            (pool.running(at_most), mode.key(pool.machine_type) if pool.gpu else pool.machine_type)
+            for pool in self.pools
+        ], prices)
 
     def released(self, prices: dict[str, float | None]) -> tuple[float, list[tuple[int, str]]]:
         """USD per hour once the run has released the GPUs and nothing else runs: every pool
@@ -124,29 +131,28 @@ class RunTime:
 
 
 def run_time(stack: str, inputs: plan.StackInputs, recording: mockrun.Recording) -> RunTime | None:
-    """Set-up (the critical path of the stack's plan) and training (the step model of the stack's
-    own job, target and node count); None where the step model refuses the job."""
-    from components.facts.hardware import Target as _Target
-    from components.schema import config as stack_config
+    """Set-up (the critical path of the stack's plan) and training (`make step-model STACK=`'s
+    row: the step model of the stack's own job, target and node count); None where the step
+    model refuses the job."""
     from tools import critical_path, step_model
 
     chain = critical_path.critical_path(recording)
-    config = stack_config.load(inputs.config, inputs.secret_keys, stack, plan.project_name())
-    hw = config.hardware
-    # A4X's default runs FSDP over multi-node NVLink (step_model's "default" row).
-    row = step_model.run_row(hw, config.nodes, config.run, mnnvl=hw.target is _Target.A4X)
+    config = step_model.stack_config(stack, inputs)
+    row = step_model.stack_row(config)
     if "refused" in row:
         return None
+    setup = round(chain[-1].done_at, 1)
     return RunTime(
-        setup_minutes=round(chain[-1].done_at, 1),
-        setup_source="tools/critical_path.py: the longest chain of waits of this stack's plan "
-        "to the first training step (`make critical-path`), most of its durations assumptions",
+        setup_minutes=setup,
+        setup_source=f"{stack}: set-up {setup:g} min, tools/critical_path.py: the longest chain of "
+        "waits of this stack's plan to the first training step (`make critical-path "
+        f"STACK={stack}`), most of its durations assumptions",
         training_hours=row["hours"],
         gpu_hours=row["gpu_hours"],
-        training_source=f"tools/step_model.py: {row['steps']} steps x {row['step']:.1f} s modelled "
-        f"on {config.nodes} x {hw.gpus_per_node} GPUs with this stack's job settings, "
-        "GSM8K's 7,473 prompts and the default model's shape (`make step-model`): datasheet "
-        "peaks times stated efficiencies, not a measurement",
+        training_source=f"{stack}: training {row['steps']} steps x {row['step']:.1f} s, "
+        f"tools/step_model.py on {config.nodes} x {config.hardware.gpus_per_node} GPUs with this "
+        f"stack's job settings, GSM8K's 7,473 prompts and the default model's shape (`make "
+        f"step-model STACK={stack}`): datasheet peaks times stated efficiencies, not a measurement",
     )
 
 
@@ -174,8 +180,12 @@ def pool_sizes(recording: mockrun.Recording) -> tuple[PoolSize, ...]:
 @functools.cache
 def stack_cost(stack: str, provisioning: Capacity | None = None) -> StackCost:
     """The default `pulumi up` of `stack`: its stack file and the config's defaults, with the GPU
-    capacity `provisioning` if given."""
-    overrides = {f"{plan.project_name()}:provisioning": provisioning.value} if provisioning else {}
+    capacity `provisioning` if given. Spot and flex-start consume no reservation: the stack's own
+    is dropped for them (a reservation stack's modes are priced, not refused)."""
+    ns = plan.project_name()
+    overrides = {f"{ns}:provisioning": provisioning.value} if provisioning else {}
+    if provisioning and provisioning is not Capacity.RESERVATION:
+        overrides[f"{ns}:reservation"] = ""  # "" is unset (components/schema/config.py load)
     inputs, recording = plan.run_program(stack, overrides=overrides)
     pools = sorted(pool_sizes(recording), key=lambda p: not p.gpu)
     chosen = inputs.config.get(f"{plan.project_name()}:provisioning", Capacity.RESERVATION.value)
@@ -186,32 +196,12 @@ def stack_cost(stack: str, provisioning: Capacity | None = None) -> StackCost:
 
 
 def list_prices() -> dict[str, float | None]:
-    return {item: price.usd_per_hour for item, price in LIST_PRICES.items()}
-
-
-def read_prices(path: Path) -> dict[str, float]:
-    """A prices file: one JSON object of item -> USD per hour, each a number >= 0."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise PriceFileError(f"{path}: not a readable JSON file ({error})") from None
-    if not isinstance(document, dict):
-        raise PriceFileError(f'{path}: expected one object like {{"a4x-highgpu-4g": 123.4}}')
-    for item, value in document.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise PriceFileError(
-                f"{path}: {item} = {value!r} is not a price: give USD per hour as a number >= 0"
-            )
-    return {item: float(value) for item, value in document.items()}
+    """The committed prices: the repository's catalogue rows and the cluster fee."""
+    return price_book.price_book().usd
 
 
 def _usd(value: float) -> str:
     return f"${value:,.2f}"
-
-
-def _exact(value: float) -> str:
-    """A source's figure as it was read: never rounded, at least to the cent."""
-    return _usd(value) if round(value, 2) == value else f"${value}"
 
 
 def _nodes(pool: PoolSize) -> str:
@@ -275,7 +265,7 @@ def mode_costs(stacks: Iterable[str] | None = None) -> tuple[StackCost, ...]:
     """Each stack's default run (every target's stack by default) under each provisioning mode
     its target (the stack file's `<project>:target`) is offered in."""
     costs = []
-    for stack in stacks or [t.value for t in Target]:
+    for stack in stacks or STACKS:
         target = Target(plan.stack_target(stack))
         default = stack_cost(stack)
         if not default.gpus:  # Autopilot: no GPU pool, and no provisioning mode of its own
@@ -287,15 +277,24 @@ def mode_costs(stacks: Iterable[str] | None = None) -> tuple[StackCost, ...]:
     return tuple(costs)
 
 
-# Where a price for each provisioning mode comes from: components/facts/prices.py has on-demand
-# list prices only (NOT_INCLUDED: "Spot or flex-start prices"), so those columns say so.
-NO_DISCOUNT_SOURCE = "no price source in this repository (components/facts/prices.py has on-demand list prices only)"
+def _per_run(cost: StackCost, prices: dict[str, float | None], mode: Mode) -> str:
+    """One run's cost with the GPU nodes bought in `mode`, or why there is none."""
+    run = cost.run
+    if not cost.gpus:
+        return "no GPU node pool in the plan (Autopilot): not counted"
+    gpu_pool = next(p for p in cost.pools if p.gpu)
+    if mode not in price_book.modes(gpu_pool.machine_type):
+        return f"not offered ({gpu_pool.machine_type}: reservations only)"
+    total, unpriced = cost.hourly(prices, at_most=False, mode=mode)
+    if mode is not Mode.ON_DEMAND and unpriced:
+        return f"no price (give `{unpriced[0][1]}` in PRICES)"
+    return _priced(total * run.hours, [(n, f"{m} for {run.hours:.1f} h") for n, m in unpriced])
 
 
 def run_table(costs: Iterable[StackCost], prices: dict[str, float | None]) -> str:
     """ESTIMATE of one run per stack: its hourly cost (GPU pools at their ceiling, CPU pools at
-    their floor) over set-up plus training, at on-demand prices; spot and flex-start say that
-    no price source exists here."""
+    their floor) over set-up plus training, with the GPU nodes on demand (what a reservation
+    bills too), on Spot and flex-start; each source line names its stack."""
     lines = [
         "| stack | provisioning | set-up, min | training, h | GPU-hours | per run, on-demand "
         "| per run, spot | per run, flex-start |",
@@ -306,65 +305,34 @@ def run_table(costs: Iterable[StackCost], prices: dict[str, float | None]) -> st
         run = cost.run
         if run is None:
             lines.append(f"| {cost.stack} | {cost.provisioning} | | | | the step model refuses this "
-                         "job (`make step-model`) | | |")
+                         f"job (`make step-model STACK={cost.stack}`) | | |")
             continue
-        if not cost.gpus:
-            on_demand = "no GPU node pool in the plan (Autopilot): not counted"
-        else:
-            total, unpriced = cost.hourly(prices, at_most=False)
-            on_demand = _priced(total * run.hours, [(n, f"{m} for {run.hours:.1f} h") for n, m in unpriced])
         lines.append(
             f"| {cost.stack} | {cost.provisioning} | {run.setup_minutes:g} | {run.training_hours:.1f} "
-            f"| {run.gpu_hours:.0f} | {on_demand} | no price source | no price source |"
+            f"| {run.gpu_hours:.0f} | " + " | ".join(_per_run(cost, prices, m) for m in Mode) + " |"
         )
-        for note in (run.setup_source, run.training_source):
-            if note not in notes:
-                notes.append(note)
+        notes += [run.setup_source, run.training_source]
     lines += [
         "",
         "ESTIMATE, not a quote: per run = the hourly cost above (GPU pools at their ceiling, CPU "
         "pools at their floor, the cluster fee) x (set-up + training). Set-up is counted at the "
-        "full rate although the GPU nodes join part-way: an upper bound for it.",
+        "full rate although the GPU nodes join part-way: an upper bound for it. A reservation "
+        "bills at the on-demand rate; the system pool is on demand in every mode.",
         "Sources:",
-        *[f"- set-up: {n}" if n.startswith("tools/critical") else f"- training: {n}" for n in notes],
-        "- prices: on-demand list prices, as listed above.",
-        f"- spot, flex-start: {NO_DISCOUNT_SOURCE}.",
+        *[f"- {note}" for note in notes],
+        "- prices: as listed above, per provisioning mode.",
     ]
     return "\n".join(lines)
 
 
-def sources(prices: dict[str, float | None], given: Iterable[str] = ()) -> str:
-    """Where each price comes from, when it was Google's price, and what the table leaves out."""
-    given = set(given)
-    cited: list[Source] = []
-    lines = [f"On-demand list prices in {REGION}, read on {READ_ON}:", ""]
-    for item in [*LIST_PRICES, *sorted(given - LIST_PRICES.keys())]:
-        if item in given:
-            lines.append(f"- `{item}`: {_exact(prices[item] or 0.0)}, from the prices file given")
-            continue
-        fact = LIST_PRICES[item]
-        if fact.source not in cited:
-            cited.append(fact.source)
-        figure = "no price found" if fact.usd_per_hour is None else _exact(fact.usd_per_hour)
-        lines.append(f"- `{item}`: {figure} [{cited.index(fact.source) + 1}]: {fact.how}.")
-    lines.append("")
-    for n, source in enumerate(cited, 1):
-        caveat = f" Caveat: {source.caveat}." if source.caveat else ""
-        lines.append(f"[{n}] {source.name}. Dated: {source.dated}.{caveat}  ")
-    lines += ["", "Not included: " + "; ".join(NOT_INCLUDED) + "."]
-    return "\n".join(lines)
-
-
-def report(
-    costs: Iterable[StackCost], prices: dict[str, float | None], given: Iterable[str] = ()
-) -> str:
+def report(costs: Iterable[StackCost], book: PriceBook) -> str:
     """The table and its sources: what `make cost` prints and the README holds."""
-    return "\n".join([table(costs, prices), "", sources(prices, given)])
+    return "\n".join([table(costs, book.usd), "", price_book.sources(book)])
 
 
 @functools.cache
 def _default_costs() -> tuple[StackCost, ...]:
-    return tuple(stack_cost(t.value) for t in Target)
+    return tuple(stack_cost(stack) for stack in STACKS)
 
 
 def readme_report() -> str:
@@ -374,7 +342,7 @@ def readme_report() -> str:
 
 def page_report() -> str:
     """docs/cost.md's block: the same table with its sources."""
-    return report(_default_costs(), list_prices())
+    return report(_default_costs(), price_book.price_book())
 
 
 def release_report() -> str:
@@ -402,31 +370,34 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", action="append",
-                        help="a stack (repeatable): any Pulumi.<stack>.yaml; default: a4, a3u, a4x")
-    parser.add_argument("--prices", type=Path, help="JSON file of item -> USD per hour")
+                        help=f"a stack (repeatable): any Pulumi.<stack>.yaml; default: {', '.join(STACKS)}")
+    parser.add_argument("--prices", type=Path,
+                        help='JSON file of item -> USD per hour ("<machine>:spot" and ":flex-start" too)')
+    parser.add_argument("--catalog", type=Path, default=CATALOG_FILE,
+                        help="a price catalogue in SkyPilot's vms.csv format; default: the repository's rows")
     parser.add_argument("--update-readme", action="store_true",
                         help="rewrite the cost tables of README.md and docs/cost.md (every stack, committed prices)")
     args = parser.parse_args(argv)
-    prices = list_prices()
-    given: dict[str, float] = {}
     try:
         if args.update_readme:
             update_readme()
             return 0
-        if args.prices:
-            given = read_prices(args.prices)
-        stacks = args.stack or [t.value for t in Target]
+        # The file is checked before any stack is planned: a typo costs no plan.
+        given = (price_book.read_prices(args.prices, price_book.price_keys(price_book.machine_types()))
+                 if args.prices else {})
+        stacks = args.stack or list(STACKS)
         costs = [stack_cost(stack) for stack in stacks]
         modes = mode_costs(stacks)
-    except (PriceFileError, plan.StackFileError, ConfigError, ValueError) as error:
+        items = {pool.machine_type for cost in costs for pool in cost.pools}
+        book = price_book.price_book(args.catalog, given, sorted(items))
+    except (PriceFileError, CatalogError, plan.StackFileError, ConfigError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    prices.update(given)
-    print(report(costs, prices, given))
+    print(report(costs, book))
     print("\nWhat one run costs (an ESTIMATE):\n")
-    print(run_table(costs, prices))
+    print(run_table(costs, book.usd))
     print("\nWhat still bills once a finished run has released the GPUs:\n")
-    print(release_table(modes, prices))
+    print(release_table(modes, book.usd))
     return 0
 
 

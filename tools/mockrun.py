@@ -43,6 +43,17 @@ SECRET = "[secret]"
 # Fake identities for cloud-computed attributes. They are obviously fake on purpose.
 FAKE_PROJECT_NUMBER = "000000000000"
 FAKE_CA = "RkFLRS1DQQ=="  # base64("FAKE-CA")
+FAKE_DNS_ID = "0123456789abcdef"  # the DNS endpoint's unique part (gke-<id>-<number>.<region>.gke.goog)
+
+
+def _proto_value(value) -> Any:
+    """A protobuf `Value` (what the SDK sends a replacement trigger as) as plain data."""
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return {key: _proto_value(inner) for key, inner in value.struct_value.fields.items()}
+    if kind == "list_value":
+        return [_proto_value(inner) for inner in value.list_value.values]
+    return None if kind in (None, "null_value") else getattr(value, kind)
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,8 @@ class Options:
     import_id: str | None = None
     provider: str | None = None  # the provider resource's URN, for custom resources
     aliases: tuple[str, ...] = ()  # former names (alias specs; the engine takes those over)
+    # The replacement trigger as the SDK sends it (a plain value, or the unknown sentinel).
+    replacement_trigger: Any = None
 
     @classmethod
     def of(cls, request) -> Options:
@@ -77,6 +90,10 @@ class Options:
             # A provider reference is "<urn>::<id>"; the URN is what names the resource.
             provider=request.provider.rsplit("::", 1)[0] if request.provider else None,
             aliases=tuple(a.spec.name for a in request.aliases if a.HasField("spec") and a.spec.name),
+            replacement_trigger=(
+                _proto_value(request.replacement_trigger)
+                if request.HasField("replacement_trigger") else None
+            ),
         )
 
     def as_plan(self) -> dict[str, Any]:
@@ -90,6 +107,7 @@ class Options:
             "import": self.import_id,
             "provider": self.provider,
             "aliases": [{"name": name} for name in self.aliases],
+            "replacementTrigger": self.replacement_trigger,
         }
 
 
@@ -295,13 +313,17 @@ class FakeCloud(pulumi_mocks.Mocks):
         return f"{args.name}-id", state
 
     def _computed(self, type_: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
+        if type_ == "pulumi:index:Stash":
+            # The builtin provider's create: `output` is `input` (pulumi/pulumi
+            # pkg/resource/deploy/builtins.go:225-245 @1b5949891b).
+            return {"output": copy.deepcopy(state.get("input"))}
         if type_ == "gcp:container/cluster:Cluster":
             cluster_name = state.get("name", name)
             endpoints = copy.deepcopy(state.get("controlPlaneEndpointsConfig") or {})
             # The DNS endpoint is "Output only ... Always present" (container.v1
             # DNSEndpointConfig.endpoint); the real one is gke-<id>.<region>.gke.goog.
             endpoints.setdefault("dnsEndpointConfig", {})["endpoint"] = (
-                f"gke-0123456789abcdef-{FAKE_PROJECT_NUMBER}.{state.get('location', 'unknown')}.gke.goog"
+                f"gke-{FAKE_DNS_ID}-{FAKE_PROJECT_NUMBER}.{state.get('location', 'unknown')}.gke.goog"
             )
             return {
                 "endpoint": "203.0.113.10",  # TEST-NET-3: documentation-only address

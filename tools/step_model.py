@@ -44,6 +44,7 @@ from components.facts.expectations import EXPECTATIONS
 from components.facts.hardware import PROFILES, HardwareProfile, Target, profile
 from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.schema.run import GrpoRunConfig, resolve, run_problems
+from components.schema.run_env import runtime_env
 from components.schema.run_memory import kv_bytes_per_token
 
 NODE_COUNTS = (2, 8, 32)
@@ -59,7 +60,9 @@ CHECKPOINT_GBPS_PER_NODE = 1.5  # the review's 1-2 GB/s per node through the gcs
 DATASET_PROMPTS = 7473
 MEAN_TOKENS = 450
 MEAN_PROMPT_TOKENS = 150
-MAX_NUM_SEQS = 256  # vLLM's per-replica batch, verl's default (_generated_ppo_trainer.yaml:212)
+# vLLM's per-replica batch: verl's rollout.max_num_seqs (verl/trainer/config/
+# _generated_ppo_trainer.yaml:265 at the pinned ref; 256 at b178a3cd5).
+MAX_NUM_SEQS = 1024
 
 
 @dataclass(frozen=True)
@@ -80,19 +83,26 @@ class Settings:
     mnnvl: bool  # A4X FSDP collectives over multi-node NVLink (NCCL cuMem on)
 
 
-def tutorial(target: Target) -> GrpoRunConfig:
-    """The tutorial's job for the target (TUTORIAL.md, "GrpoJob")."""
-    if target is Target.A4X:
-        return GrpoRunConfig(train_batch_size=256, ppo_mini_batch_size=64,
-                             ppo_micro_batch_size_per_gpu=8, tensor_model_parallel_size=4,
-                             rollout_log_prob_micro_batch_size_per_gpu=16,
-                             ref_log_prob_micro_batch_size_per_gpu=16, use_kl_loss=True,
-                             fsdp_size=-1, offload="none", gpu_memory_utilization=0.6)
-    return GrpoRunConfig(train_batch_size=256, ppo_mini_batch_size=256,
-                         ppo_micro_batch_size_per_gpu=64, tensor_model_parallel_size=8,
-                         rollout_log_prob_micro_batch_size_per_gpu=8,
-                         ref_log_prob_micro_batch_size_per_gpu=4, use_kl_loss=False,
-                         fsdp_size=-1, offload="none", gpu_memory_utilization=0.6)
+def tutorial(hw: HardwareProfile) -> GrpoRunConfig:
+    """The tutorial's job for the target (its row's `tutorial_job`; TUTORIAL.md, "GrpoJob"):
+    FSDP over every GPU, no offload, vLLM at 0.6 of the GPU, on every target."""
+    job = hw.tutorial_job
+    return GrpoRunConfig(
+        train_batch_size=job.train_batch_size, ppo_mini_batch_size=job.ppo_mini_batch_size,
+        ppo_micro_batch_size_per_gpu=job.ppo_micro_batch_size_per_gpu,
+        tensor_model_parallel_size=job.tensor_model_parallel_size,
+        rollout_log_prob_micro_batch_size_per_gpu=job.rollout_log_prob_micro_batch_size_per_gpu,
+        ref_log_prob_micro_batch_size_per_gpu=job.ref_log_prob_micro_batch_size_per_gpu,
+        use_kl_loss=job.use_kl_loss, fsdp_size=-1, offload="none", gpu_memory_utilization=0.6,
+    )
+
+
+def program_mnnvl(hw: HardwareProfile) -> bool:
+    """Whether the program's job runs FSDP over multi-node NVLink: its runtime env turns NCCL's
+    cuMem on (components/schema/run_env.py, NCCL_CUMEM_ENABLE=1 for a row whose NVLink domain
+    spans nodes), without which NCCL does not use MNNVL (verl up to v0.7 set it off)."""
+    env = runtime_env(hw, hw.default_nodes)["env_vars"]
+    return env.get("NCCL_CUMEM_ENABLE") == "1"
 
 
 def settings(run: GrpoRunConfig, hw: HardwareProfile, nodes: int, mnnvl: bool) -> Settings:
@@ -184,65 +194,94 @@ def counts(hw: HardwareProfile, wanted: tuple[int, ...]) -> list[int]:
     return sorted(found)
 
 
-def report(stacks: list[str], nodes: tuple[int, ...], targets: dict[str, str] | None = None) -> str:
-    """The table for `stacks`, each modelled on its target (`targets`: stack -> the target its
-    file sets; a stack without an entry is a target's name)."""
-    targets = targets or {}
+def stack_config(stack: str, inputs=None):
+    """The validated config of any stack (`Pulumi.<stack>.yaml`, or `inputs` already read from
+    it): its target, node count and job, as the program would read them. StackFileError for a
+    missing file and ConfigError for bad config, each naming the key and the fix (exit 2)."""
+    from components.schema import config as config_module
+    from tools import plan
+
+    inputs = inputs or plan.stack_inputs(stack)
+    return config_module.load(inputs.config, inputs.secret_keys, stack, plan.project_name())
+
+
+def stack_row(config, nodes: int | None = None) -> dict:
+    """The step model of a stack's own job (`stack_config`) at its node count (or `nodes`), with
+    multi-node NVLink where its runtime env turns it on: what `make step-model STACK=` prints
+    and `make cost` multiplies."""
+    hw = config.hardware
+    return run_row(hw, nodes or config.nodes, config.run, program_mnnvl(hw))
+
+
+def _line(stack: str, nodes: int, hw: HardwareProfile, label: str, row: dict) -> str:
+    head = f"{stack:5} {nodes:>5} {nodes * hw.gpus_per_node:>4} {label:9}"
+    if "refused" in row:
+        return f"{head} refused: {row['refused']}"  # whole: the reason ends with its fix
+    s = row["settings"]
+    return (
+        f"{head} {s.train_batch:>5} {s.micro:>5} {s.log_prob_micro:>3} {s.tp:>2} "
+        f"{s.shard:>5} {row['rollout']:>8.1f} {row['compute']:>8.1f} "
+        f"{row['collectives']:>7.1f} {row['checkpoint']:>5.1f} {row['step']:>7.1f} "
+        f"{row['steps']:>5} {row['gpu_hours']:>7.1f}"
+    )
+
+
+def report(stacks: list[str], nodes: tuple[int, ...], configs: dict | None = None) -> str:
+    """The table for `stacks`. A stack with a config in `configs` (stack -> `stack_config`) is
+    its own job on its target, at `nodes` if given, else at its node count; any other stack is a
+    target's name, its tutorial job and the defaults at `nodes` (and its default count)."""
+    configs = configs or {}
     lines = [
         "ESTIMATE - a model from datasheet peaks, stated efficiencies and verl's pass counts,",
         f"not a measurement (tools/step_model.py says where each figure comes from). Model: "
-        f"{DEFAULT_MODEL.model_id}, GSM8K, 2 epochs.",
+        f"{DEFAULT_MODEL.model_id}, GSM8K, the job's epochs (default 2).",
         "",
         f"{'stack':5} {'nodes':>5} {'GPUs':>4} {'settings':9} {'batch':>5} {'micro':>5} "
         f"{'lp':>3} {'TP':>2} {'shard':>5} {'rollout':>8} {'compute':>8} {'comm':>7} "
         f"{'ckpt':>5} {'step s':>7} {'steps':>5} {'GPU-h':>7}",
     ]
     for stack in stacks:
-        hw = profile(targets.get(stack, stack))
-        for n in counts(hw, nodes):
-            variants = [("tutorial", tutorial(hw.target), False),
-                        ("default", GrpoRunConfig(), hw.target is Target.A4X)]
-            if hw.target is Target.A4X:
-                variants.append(("no-mnnvl", GrpoRunConfig(), False))
-            for label, run, mnnvl in variants:
-                row = run_row(hw, n, run, mnnvl)
-                head = f"{stack:5} {n:>5} {n * hw.gpus_per_node:>4} {label:9}"
-                if "refused" in row:
-                    lines.append(f"{head} refused: {row['refused'][:110]}")
-                    continue
-                s = row["settings"]
-                lines.append(
-                    f"{head} {s.train_batch:>5} {s.micro:>5} {s.log_prob_micro:>3} {s.tp:>2} "
-                    f"{s.shard:>5} {row['rollout']:>8.1f} {row['compute']:>8.1f} "
-                    f"{row['collectives']:>7.1f} {row['checkpoint']:>5.1f} {row['step']:>7.1f} "
-                    f"{row['steps']:>5} {row['gpu_hours']:>7.1f}"
-                )
+        if stack in configs:
+            config = configs[stack]
+            for n in nodes or (config.nodes,):
+                lines.append(_line(stack, n, config.hardware, "stack", stack_row(config, n)))
+            continue
+        hw = profile(stack)
+        mnnvl = program_mnnvl(hw)
+        variants = [("tutorial", tutorial(hw), False), ("default", GrpoRunConfig(), mnnvl)]
+        if mnnvl:
+            variants.append(("no-mnnvl", GrpoRunConfig(), False))
+        for n in counts(hw, nodes or NODE_COUNTS):
+            for label, run, with_mnnvl in variants:
+                lines.append(_line(stack, n, hw, label, run_row(hw, n, run, with_mnnvl)))
     lines += [
         "",
-        "tutorial: the tutorial's job as written for 2 x 8 / 4 x 4 GPUs, with verl's "
-        "NCCL_CUMEM_ENABLE=0 (A4X FSDP over RDMA).",
+        "tutorial: the tutorial's job as written for 2 x 8 / 4 x 4 GPUs, with "
+        "NCCL_CUMEM_ENABLE=0 as verl up to v0.7 set it (A4X FSDP over RDMA).",
         "default: this program's derived defaults; A4X with NCCL_CUMEM_ENABLE=1 (FSDP over "
         "multi-node NVLink).",
-        "no-mnnvl: the defaults with verl's NCCL_CUMEM_ENABLE=0 left in place (A4X).",
+        "no-mnnvl: the defaults with NCCL_CUMEM_ENABLE=0 (A4X), as verl up to v0.7 set it.",
+        "stack: the stack file's own job (its target, `job` settings and, unless NODES is given, "
+        "its node count), as `make cost` models it.",
         "step s = rollout + per phase max(compute, comm) + weight sync + checkpoint share.",
     ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tools import plan
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", action="append",
-                        help="a stack (repeatable): any Pulumi.<stack>.yaml, modelled on its "
-                        "<project>:target; default: every target")
-    parser.add_argument("--nodes", type=int, nargs="+", default=list(NODE_COUNTS))
+                        help="a stack (repeatable): any Pulumi.<stack>.yaml, modelled with its own "
+                        "target, node count and job; default: every target's tutorial job and "
+                        "defaults")
+    parser.add_argument("--nodes", type=int, nargs="+",
+                        help=f"node counts; default: a stack's own, else {NODE_COUNTS}")
     args = parser.parse_args(argv)
     stacks = args.stack or [t.value for t in PROFILES]
-    # A stack file of the user's own (`dev`) is read for its target; StackFileError (exit 2,
-    # tools/cli.py) names a file that does not exist and the fix.
-    targets = {stack: plan.stack_target(stack) for stack in args.stack or ()}
-    print(report(stacks, tuple(args.nodes), targets))
+    # A stack file (`dev`) is read and checked as the program would read it; StackFileError and
+    # ConfigError (exit 2, tools/cli.py) name the file or key and the fix.
+    configs = {stack: stack_config(stack) for stack in args.stack or ()}
+    print(report(stacks, tuple(args.nodes or ()), configs))
     return 0
 
 

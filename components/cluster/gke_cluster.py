@@ -25,7 +25,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
-from components.cluster.kubeconfig import cluster_identifier, dns_endpoint, kubeconfig
+from components.cluster.kubeconfig import dns_endpoint, kubeconfig, provider_identity
 from components.cluster.node_identity import OAUTH_SCOPES, node_baseline
 from components.options import child_options, fixed_name
 
@@ -141,8 +141,9 @@ class GkeCluster(pulumi.ComponentResource):
             k8s.ProviderArgs(
                 kubeconfig=self.kubeconfig,
                 enable_server_side_apply=True,
-                cluster_identifier=self.cluster.master_auth.cluster_ca_certificate.apply(
-                    lambda ca: cluster_identifier(args.project, args.region, args.cluster_name, ca)
+                # Replaced with the cluster, never on a credential rotation (kubeconfig.py).
+                cluster_identifier=provider_identity(
+                    name, self.cluster, args.project, args.region, args.cluster_name, self
                 ),
             ),
             opts=pulumi.ResourceOptions(

@@ -3,32 +3,81 @@
 The kubeconfig is what the Kubernetes provider, the dynamic providers' `kubectl port-forward`
 (components/ray/ray_access.py and kube.py, which write it to a private temp file) and `make
 logs`/`make curve` use; it reaches the DNS-based endpoint, or with `controlPlaneCidrs` the IP
-endpoint (components/cluster/gke_cluster.py decides which).
+endpoint (components/cluster/gke_cluster.py decides which). The provider's identity
+(`provider_identity`) decides when pulumi-kubernetes replaces the provider and every object in
+the cluster: when the cluster is replaced, never on a credential rotation.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-def cluster_identifier(project: str, region: str, cluster_name: str, ca_certificate: str) -> str:
-    """What the Kubernetes provider is replaced on, and on nothing else: this cluster, as one
-    instance (its resource name and a digest of its CA).
+import pulumi
+import pulumi_gcp as gcp
 
-    Without it, pulumi-kubernetes replaces its provider, and with it every object in the
-    cluster, whenever the kubeconfig's active cluster (server, CA) changes (DiffConfig,
-    pulumi-kubernetes provider/pkg/provider/provider.go:545-560 @94977969d6), as moving from the
-    IP to the DNS endpoint does. With it, a changed kubeconfig is an update, and only a changed
-    identifier replaces (:486-503, which also covers an unknown kubeconfig at preview,
-    :505-516). The name alone would not do: a cluster replaced under the same name (a ForceNew
-    field, delete first) must still replace the provider, so that the objects are created again
-    in the new, empty cluster; the DNS-endpoint kubeconfig holds no CA to show it. A new
-    cluster has a new CA (master_auth.cluster_ca_certificate, Computed, read from
-    MasterAuth.clusterCaCertificate), unknown at the preview of its replacement, which makes
-    DiffConfig replace; an in-place update keeps it. The digest keeps the identifier short and
-    says nothing the state does not already hold.
-    """
+def cluster_identifier(project: str, region: str, cluster_name: str, ca_certificate: str) -> str:
+    """The identifier's value as the provider is first created with it: the cluster's resource
+    name and a digest of its CA at that moment. `provider_identity` keeps it from then on; the
+    digest keeps it short and says nothing the state does not already hold."""
     digest = hashlib.sha256(ca_certificate.encode()).hexdigest()[:16]
     return f"projects/{project}/locations/{region}/clusters/{cluster_name}@ca-sha256:{digest}"
+
+
+def endpoint_name(config: object) -> str | None:
+    """The DNS endpoint's name from a read-back controlPlaneEndpointsConfig, or None where the
+    state holds none (a replacement trigger of None triggers nothing)."""
+    return getattr(getattr(config, "dns_endpoint_config", None), "endpoint", None) or None
+
+
+def provider_identity(
+    name: str, cluster: gcp.container.Cluster, project: str, region: str, cluster_name: str,
+    parent: pulumi.Resource,
+) -> pulumi.Output[str]:
+    """The Kubernetes provider's clusterIdentifier: what it is replaced on, and on nothing else.
+
+    Without one, pulumi-kubernetes replaces its provider, and with it every object in the
+    cluster, whenever the kubeconfig's active cluster (server, CA) changes (DiffConfig,
+    pulumi-kubernetes provider/pkg/provider/provider.go:545-560 @94977969d6), as moving from the
+    IP to the DNS endpoint does. With one, a changed kubeconfig is an update, and only a changed
+    identifier replaces (:486-503; an unknown one counts as changed).
+
+    The value is the CA-digest identifier of the cluster as the provider first met it, kept in
+    a Stash (`pulumi:index:Stash`): the builtin provider returns `output` = `input` on create
+    and keeps the old `output` on every update (pulumi/pulumi pkg/resource/deploy/builtins.go
+    :225-262 @1b5949891b), and `input` is ignored, so a credential rotation, which gives the
+    cluster a new CA (cloud.google.com/kubernetes-engine/docs/how-to/credential-rotation),
+    changes nothing. Before the Stash the identifier was computed from the live CA, so the first
+    `pulumi up --refresh` after a rotation replaced every object in the cluster under the run.
+
+    A cluster replaced under its name (a ForceNew field; delete first, components/options.py
+    fixed_name) must still replace the provider, so that the objects are created again in the
+    new, empty cluster. Two mechanisms say so, neither resting on the other:
+    - the identifier also depends on the cluster's CA output, so the engine's dependent
+      replacement of a delete-first replace sees it unknown and asks DiffConfig, which
+      replaces (pulumi/pulumi step_generator.go:3295-3385, calculateDependentReplacements:
+      inputs depending on the replaced resource become unknown); a preview of the replacement
+      sees it unknown for the same reason;
+    - the Stash's replacement trigger is the DNS endpoint's name, which GKE calls unique and
+      immutable for the cluster's lifecycle (network-isolation docs): a new name replaces the
+      Stash (step_generator.go:1797-1806, shouldTriggerReplace :3683-3698) and so gives the
+      new cluster its own identifier, also when the cluster was recreated outside Pulumi and
+      a refresh read it. A null name (a state without one) triggers nothing (:3692-3695).
+
+    An existing stack gets the Stash on its next `up` with the value its provider already
+    holds (the same formula, the same CA): a no-op for the provider. Stash and replacement
+    triggers need a Pulumi CLI >= 3.208 (README).
+    """
+    ca = cluster.master_auth.cluster_ca_certificate
+    stash = pulumi.Stash(
+        f"{name}-k8s-identity",
+        input=ca.apply(lambda c: cluster_identifier(project, region, cluster_name, c)),
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            ignore_changes=["input"],
+            replacement_trigger=cluster.control_plane_endpoints_config.apply(endpoint_name),
+        ),
+    )
+    return pulumi.Output.all(stash.output, ca).apply(lambda values: values[0])
 
 
 def dns_endpoint(config: object) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components.facts.hardware import Target
+from components.facts.hardware import PROFILES, HardwareProfile, NodeNetworking, Target
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,13 @@ HEALTHY_FRACTION = 358.32 / 400
 FLOOR_FRACTION = 0.6
 
 
-def _expect(gpu_name: str, nics: int, nccl_network: str | None, mnnvl: bool) -> Expectations:
-    healthy = round(network_busbw_bound_gbs(nics, _NIC_GBPS) * HEALTHY_FRACTION, 1)
+def _expect(hw: HardwareProfile) -> Expectations:
+    """A target's expectations from its row: the GPU's name, one RDMA NIC per GPU NIC of the row,
+    and what NCCL must report for its kind of networking (_NCCL_PROOF)."""
+    healthy = round(network_busbw_bound_gbs(hw.rdma_nics, _NIC_GBPS) * HEALTHY_FRACTION, 1)
+    nccl_network, mnnvl = _NCCL_PROOF[hw.networking]
     return Expectations(
-        gpu_name, _NIC_GBPS, nics, healthy, round(healthy * FLOOR_FRACTION, 1),
+        hw.gpu.name, _NIC_GBPS, hw.rdma_nics, healthy, round(healthy * FLOOR_FRACTION, 1),
         nccl_network=nccl_network, mnnvl=mnnvl,
     )
 
@@ -90,12 +93,13 @@ def _expect(gpu_name: str, nics: int, nccl_network: str | None, mnnvl: bool) -> 
 # TCP path, and on A4X cannot tell multi-node NVLink from RDMA at all (both clear the floor), so
 # A4X is judged by NCCL's MNNVL line, which it prints only with cuMem on (NVIDIA/nccl
 # src/mnnvl.cc:15-16, :96 at 5067397c). Inside its NVL72 domain A4X's ranks talk over NVLink,
-# so its network name is not judged.
-EXPECTATIONS: dict[Target, Expectations] = {
-    Target.A4: _expect("B200", 8, nccl_network="gIB", mnnvl=False),
-    Target.A3_ULTRA: _expect("H200", 8, nccl_network="gIB", mnnvl=False),
-    Target.A4X: _expect("GB200", 4, nccl_network=None, mnnvl=True),
+# so its network name is not judged. Per kind of node networking: (network NCCL must name,
+# every rank reports MNNVL).
+_NCCL_PROOF: dict[NodeNetworking, tuple[str | None, bool]] = {
+    NodeNetworking.RDMA_VPC: ("gIB", False),  # A4, A3 Ultra: the gIB plugin over the RDMA VPC
+    NodeNetworking.DRANET: (None, True),  # A4X: multi-node NVLink inside the NVL72 domain
 }
+EXPECTATIONS: dict[Target, Expectations] = {target: _expect(hw) for target, hw in PROFILES.items()}
 
 # Reading the model from /data (GCS FUSE) on the head, one stream, MB/s. At this rate the 66 GB
 # of Qwen2.5-32B load in under six minutes per reader; below it model loading dominates every

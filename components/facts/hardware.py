@@ -63,6 +63,29 @@ class GpuFacts:
 
 
 @dataclass(frozen=True)
+class TutorialJob:
+    """The tutorial's GRPO job for a target, as it gives it for its own cluster (2 x 8 or 4 x 4
+    GPUs; TUTORIAL.md, "GrpoJob"): what the derived defaults keep (the optimizer steps per RL step,
+    `val_before_train`; components/schema/run_sizing.py) and the step model's comparison row
+    (tools/step_model.py `tutorial`)."""
+
+    train_batch_size: int
+    ppo_mini_batch_size: int
+    ppo_micro_batch_size_per_gpu: int
+    tensor_model_parallel_size: int
+    rollout_log_prob_micro_batch_size_per_gpu: int
+    ref_log_prob_micro_batch_size_per_gpu: int
+    use_kl_loss: bool
+    # None: the tutorial leaves `trainer.val_before_train` out, so verl's own default applies.
+    val_before_train: bool | None
+
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimizer steps per RL step: train batch / mini batch."""
+        return self.train_batch_size // self.ppo_mini_batch_size
+
+
+@dataclass(frozen=True)
 class HardwareProfile:
     target: Target
     gpu_type: str  # the `cloud.google.com/gke-accelerator` value
@@ -93,12 +116,12 @@ class HardwareProfile:
     preemptible_gpu_quota: str | None
     # NCCL tuner shipped by the gIB installer; A3 Ultra needs its own (tutorial defect 2).
     nccl_tuner_config: str | None
-    ray_version: str
     worker: PodShape
     worker_ray_cpus: int  # rayStartParams num-cpus: leaves room for system daemons
     shm_size: str  # /dev/shm (Memory emptyDir) of a worker
     head: PodShape
     gpu: GpuFacts
+    tutorial_job: TutorialJob
 
     def nodes_problem(self, key: str, nodes: int) -> str | None:
         """Why `nodes` GPU nodes of this machine type cannot be, naming `key`; None if they can."""
@@ -132,7 +155,6 @@ _A4 = HardwareProfile(
     min_gke_version=None,
     preemptible_gpu_quota="PREEMPTIBLE-NVIDIA-B200-GPUS-per-project-region",
     nccl_tuner_config="/usr/local/gib/configs/tuner_config_a4.txtpb",
-    ray_version="2.47.0",
     worker=PodShape(cpu="220", memory="2800Gi", ephemeral_storage="1000Gi"),
     worker_ray_cpus=220,
     shm_size="250Gi",
@@ -143,6 +165,12 @@ _A4 = HardwareProfile(
     # ~179 GiB (the review's appendix, ../shared/reference/TRAINING-REVIEW.md).
     gpu=GpuFacts("B200", memory_gib=179, bf16_dense_tflops=2250, hbm_tbps=8.0,
                  nvlink_gbs=900, nvlink_domain_gpus=8),
+    # The tutorial's A4 / A3 Ultra job: 256 prompts, one optimizer step per RL step.
+    tutorial_job=TutorialJob(
+        train_batch_size=256, ppo_mini_batch_size=256, ppo_micro_batch_size_per_gpu=64,
+        tensor_model_parallel_size=8, rollout_log_prob_micro_batch_size_per_gpu=8,
+        ref_log_prob_micro_batch_size_per_gpu=4, use_kl_loss=False, val_before_train=False,
+    ),
 )
 
 PROFILES: dict[Target, HardwareProfile] = {
@@ -190,7 +218,6 @@ PROFILES: dict[Target, HardwareProfile] = {
         preemptible_gpu_quota=None,  # reservation-bound only
         # A4X's gIB plugin picks its tuning through NCCL_ENV_PLUGIN=gcp instead of a tuner file.
         nccl_tuner_config=None,
-        ray_version="2.49.0",
         worker=PodShape(cpu="120", memory="600Gi", ephemeral_storage="500Gi"),
         worker_ray_cpus=120,
         shm_size="200Gi",
@@ -200,6 +227,13 @@ PROFILES: dict[Target, HardwareProfile] = {
         # GPU (900 GB/s each way) across all 72 GPUs of the rack. ~185 GiB in torch.
         gpu=GpuFacts("GB200", memory_gib=185, bf16_dense_tflops=2500, hbm_tbps=8.0,
                      nvlink_gbs=900, nvlink_domain_gpus=72),
+        # The tutorial's A4X job: four optimizer steps per RL step, the KL loss on, and no
+        # `val_before_train` (verl's default).
+        tutorial_job=TutorialJob(
+            train_batch_size=256, ppo_mini_batch_size=64, ppo_micro_batch_size_per_gpu=8,
+            tensor_model_parallel_size=4, rollout_log_prob_micro_batch_size_per_gpu=16,
+            ref_log_prob_micro_batch_size_per_gpu=16, use_kl_loss=True, val_before_train=None,
+        ),
     ),
 }
 

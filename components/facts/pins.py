@@ -17,21 +17,77 @@ class HelmChart:
     repo: str
     version: str  # an exact release, never a range
 
-# verl container images, per CPU architecture. The tutorial uses the floating tag
-# `vllm011.latest` on amd64 (tutorial defect 4). `vllm011.dev7` is the last vllm 0.11 build
-# verl's own CI pinned (volcengine/verl acc12076b, "update workflow images vllm011->012") before
-# moving to vllm 0.12, so it is the newest tested image of the line the tutorial targets.
-# `vllm023.aarch64.dev1` is the tutorial's own A4X image (GB200 is arm64 only: verl #3468).
+# --- The training stack: verl's source, the image it runs in, and what the pods add -------------
+# One pairing on every target, the one verl's own CI ran at the pinned ref: verl-project/verl
+# ddbcdb7's GPU workflows run on `verlai/verl:vllm023.dev1` (.github/workflows/vllm.yml:75 and
+# ten others) and install verl's requirements.txt on top (vllm.yml:109-111). Both tags below are
+# built from one Dockerfile (docker/Dockerfile.stable.vllm at ddbcdb7): CUDA 13.0.2, Python 3.12,
+# torch 2.11.0, vLLM 0.23.0, transformers 5.3.0 (its lines 3-17), so a4, a3u and a4x run one
+# vLLM/torch line. `vllm023.aarch64.dev1` is also the tutorial's A4X image (GB200 is arm64 only,
+# verl #3468). Until this pairing, a4/a3u ran `vllm011.dev7` (vLLM 0.11, torch 2.8, verl v0.6.0's
+# packages), a line verl's CI never ran at this ref and whose image lacks TransferQueue, so the
+# default run died a minute after submission (docs/training.md, "The training stack").
+# What the image lets verl import is recorded, with the source of each module, in
+# third_party/images/verl-vllm023.yaml (an inference: the image was not pulled here); the offline
+# check (tools/training_stack.py) walks the code path the run's config selects against it.
 # Tags, not digests: the registry is not reachable from where this is written; replace them with
 # `@sha256:` digests once pulled (`crane digest verlai/verl:<tag>`), the program accepts both.
 VERL_IMAGES: dict[Arch, str] = {
-    Arch.AMD64: "verlai/verl:vllm011.dev7",
+    Arch.AMD64: "verlai/verl:vllm023.dev1",
     Arch.ARM64: "verlai/verl:vllm023.aarch64.dev1",
 }
 
-# verl source staged into the bucket (PYTHONPATH=/data/verl). The tutorial's VERL_REF.
+# verl source staged into the bucket (PYTHONPATH=/data/verl): verl-project/verl ddbcdb79f5f0
+# (2026-07-09, between v0.8.0 and v0.9.0), the tutorial's VERL_REF. What verl does at this ref
+# is in components/facts/verl.py, whose AT_REF a test holds to this pin. The URL is the
+# project's old name, which GitHub redirects to verl-project/verl; it stays, because the staging
+# Job's env carries it and a new URL would run an existing stack's staging again for nothing.
 VERL_REPO = "https://github.com/volcengine/verl.git"
 VERL_REF = "ddbcdb7"
+
+# The Ray release of the images, as the RayCluster's `rayVersion` states it: the tutorial's value
+# for this image line (its A4X RayCluster). The Dockerfile does not pin Ray (verl v0.7.1's
+# `ray[default]>=2.41.0`, resolved on the day the image was built), so this is the tutorial's
+# claim, not a reading of the image; the ClusterCheck prints the release each node runs. The
+# tests run their Ray heads at this release (requirements-dev.txt, tests/test_project_files.py).
+RAY_VERSION = "2.49.0"
+
+# The lowest NVIDIA driver the images' CUDA runs on: CUDA 13.0 needs a 580 driver (NVIDIA's CUDA
+# toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions": 13.0 GA >= 580.65.06).
+# The GPU pools take GKE's DEFAULT driver (components/cluster/gpu_node_pool.py), as Google's own
+# gke-a4, gke-a3-ultragpu and gke-a4x blueprints do; which version that is depends on the GKE
+# version and is not published where it could be read here, so the ClusterCheck reads each
+# node's driver and fails, naming this floor, before a training attempt is spent on it.
+MIN_GPU_DRIVER = "580.65.06"
+
+
+@dataclass(frozen=True)
+class PodPackage:
+    """A package every Ray pod installs when it starts, because the image lacks it."""
+
+    requirement: str  # an exact pip requirement, installed with --no-deps: nothing else moves
+    module: str  # the name it gives to `import`
+    # The modules its own requirements name, each of which the image must already provide
+    # (held to third_party/images/ by tests/test_training_stack.py).
+    needs: tuple[str, ...]
+
+
+# TransferQueue: verl's V1 trainer (trainer.use_v1, verl's default at the ref and what the program
+# selects, components/facts/verl.py) imports it, verl's requirements.txt pins it
+# (requirements.txt:28 at ddbcdb7), and no verl image ships it. The tutorial installs it in A4X's
+# pods with a postStart hook and its dependencies; here every pod installs it with --no-deps, so
+# that pip resolves nothing and changes none of the image's packages. Its requirements at 0.1.8
+# (requirements.txt at TransferQueue 35bcf19, the "0.1.8" version bump, as mirrored by
+# github.com/Ascend/TransferQueue): ray[default], tensordict>=0.10.0, pyzmq, hydra-core, numpy,
+# msgspec, psutil, omegaconf, prometheus_client>=0.20.0.
+POD_PACKAGES = (
+    PodPackage(
+        requirement="TransferQueue==0.1.8",
+        module="transfer_queue",
+        needs=("ray", "tensordict", "zmq", "hydra", "numpy", "msgspec", "psutil", "omegaconf",
+               "prometheus_client"),
+    ),
+)
 
 # GoogleCloudPlatform/container-engine-accelerators at the newest commit that touched the three
 # gpudirect-rdma installers (2026-05-06, "Removed --install-nccl from default and a4x
@@ -63,9 +119,6 @@ NVIDIA_DRA_DRIVER = HelmChart(
 KUBERAY_OPERATOR = HelmChart(
     chart="kuberay-operator", repo="https://ray-project.github.io/kuberay-helm/", version="1.7.0"
 )
-
-# TransferQueue, installed in the A4X Ray pods by the tutorial's postStart hook.
-TRANSFER_QUEUE_VERSION = "0.1.8"
 
 # --- ModelStaging (components/storage/model_staging.py) ---
 # The model the tutorial trains, at the commit that public Hugging Face caches of it name

@@ -9,12 +9,12 @@ and `tools/curve.py`. The lines are those the log shipper prints (log_shipper.py
 verl's console logger joins one step's metrics as `step:N - key:value - key:value`
 (verl/utils/logger/aggregate_logger.py, concat_dict_to_str); the keys charted here are verl's
 (verl/trainer/ppo/metric_utils.py: `critic/score/mean`, `response_length/mean`,
-`timing_s/step`, `perf/throughput` in tokens/s per GPU; at b178a3cd5 `actor/entropy`, the mean
-token entropy of the step's responses, from the old-log-prob pass whatever `entropy_coeff` is
-(ray_trainer.py:1513; the update pass's mean replaces it when the actor computes entropy in
-training, dp_actor.py:636 and ray_trainer.py:1614), and `actor/pg_clipfrac`, the fraction of
-response tokens the PPO clip bounds, averaged over the step's updates (core_algos.py:1246,
-reduce_metrics)). Values may be numpy reprs such as `np.float64(0.5)`, and `nan`.
+`timing_s/step`, `perf/throughput` in tokens/s per GPU; `actor/entropy`, the mean token entropy
+of the step's responses, from the old-log-prob pass whatever `entropy_coeff` is
+(verl/trainer/ppo/v1/trainer_base.py:1297-1309 at the pinned ref), and `actor/pg_clipfrac`, the
+fraction of response tokens the PPO clip bounds, averaged over the step's updates
+(verl/trainer/ppo/core_algos.py:1346, :1365)). Values may be numpy reprs such as
+`np.float64(0.5)`, and `nan`. Which step lines are training steps: components/facts/verl.py.
 
 Every pattern is RE2 syntax (Cloud Logging's `=~` and REGEXP_EXTRACT use RE2:
 cloud.google.com/logging/docs/view/logging-query-language#regular-expressions, and the
@@ -27,9 +27,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from components.facts import verl
+
 # The patterns hold no backslash and no double quote: they go into Cloud Logging filter and
 # extractor string literals as they are, with no escaping rule to get wrong. `[.]`, `[(]` and
 # `[[]` stand for the escaped characters.
+
+_SPECIAL = set(".^$*+?()[]{}|")
+
+
+def _literal(key: str) -> str:
+    """RE2 that matches `key` as it is, with no backslash (see above)."""
+    return "".join(f"[{c}]" if c in _SPECIAL else c for c in key)
+
 
 # A number as Python prints it, optionally inside a numpy repr: 0.53, -1e-05, np.float64(0.5).
 _NUMBER = r"(?:np[.][A-Za-z0-9_]+[(])?(-?[0-9]+(?:[.][0-9]*)?(?:[eE][-+]?[0-9]+)?)"
@@ -40,23 +50,22 @@ _KEY_START = r"(?:^|[ )])"
 DRIVER_TAG = r"^[[]job-driver-([^]]+)] "
 # Lines of the job supervisor's log; the capture is the submission id.
 SUPERVISOR_TAG = r"^[[]supervisor-([^]]+)] "
-# A verl step line: one per training step.
-STEP_LINE = _KEY_START + r"step:[0-9]+ - "
+# A verl step line of a training step: one per step. A validation's line (before training, or
+# at a resume) has no timing_s/step and is not counted (components/facts/verl.py).
+STEP_LINE = _KEY_START + r"step:[0-9]+ - (?:.* - )?" + _literal(verl.TRAINING_STEP_KEY) + ":"
 # A failed entrypoint (Ray writes exit code 0 for SUCCEEDED, nothing for a stopped job).
 FAILED_EXIT = r"entrypoint command exited with code [1-9][0-9]*"
 # A NaN reward: verl logs the batch's mean score; NaN means the reward function or the
 # rollout produced garbage and further steps are wasted GPU time.
 NAN_REWARD = r" - critic/score/mean:(?:np[.][A-Za-z0-9_]+[(])?nan(?:$|[) ])"
 
-_SPECIAL = set(".^$*+?()[]{}|")
 
 
 def value_pattern(key: str) -> str:
     """RE2 with one group: the value of verl metric `key` in a step line (`step` itself too)."""
     if key == "step":
         return _KEY_START + r"step:([0-9]+) - "
-    literal = "".join(f"[{c}]" if c in _SPECIAL else c for c in key)
-    return r" - " + literal + ":" + _NUMBER
+    return r" - " + _literal(key) + ":" + _NUMBER
 
 
 class Kind(str, enum.Enum):

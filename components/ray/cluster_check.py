@@ -5,7 +5,8 @@ through the same machinery as the job's provider (ray_access: port-forward or a 
 address, timeouts, retries, progress). The job is components/ray/checks/cluster_check_script.py,
 shipped inline in its entrypoint; it measures, and the provider judges against the target's
 floors (components/facts/expectations.py):
-- every GPU node sees the target's GPU count and type;
+- every GPU node sees the target's GPU count and type, runs an NVIDIA driver the verl image's
+  CUDA accepts, and can import what its pod installs at start (components/facts/pins.py);
 - an all-reduce across every GPU of every node (NCCL, over the RDMA NICs) reaches the target's
   minimum bus bandwidth, and NCCL itself reports the fabric the target must use: the gIB
   plugin on a4/a3u, multi-node NVLink (MNNVL) on a4x;
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 import time
 from pathlib import Path
@@ -32,6 +34,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import unknowns
+from components.facts import pins
 from components.facts.expectations import EXPECTATIONS, MIN_READ_MBPS
 from components.facts.hardware import HardwareProfile
 from components.facts.layout import DASHBOARD_PORT
@@ -148,6 +151,10 @@ def expected(args: ClusterCheckArgs) -> dict[str, Any]:
         "min_read_mbps": MIN_READ_MBPS,
         "nccl_network": target.nccl_network,
         "mnnvl": target.mnnvl,
+        # The training stack's own needs (components/facts/pins.py): the driver its CUDA needs,
+        # and what every pod installs at start because the image lacks it.
+        "min_driver": pins.MIN_GPU_DRIVER,
+        "modules": [package.module for package in pins.POD_PACKAGES],
     }
     return {**values, **args.expected_overrides}
 
@@ -158,7 +165,7 @@ def check_command(args: ClusterCheckArgs, python: str = "python3") -> str:
     backend = ["--backend", "gloo", "--ranks", str(args.gloo_ranks)] if args.gloo_ranks else []
     arguments = [
         *backend, "--nodes", str(want["nodes"]), "--gpus-per-node", str(want["gpus_per_node"]),
-        "--read-path", args.model_path,
+        "--read-path", args.model_path, "--modules", ",".join(want["modules"]),
     ]
     if args.gloo_ranks:
         arguments += ["--size-mb", "8", "--iters", "3", "--read-mb", "64"]
@@ -365,6 +372,36 @@ def _floor_problems(measured: dict[str, Any], want: dict[str, Any]) -> list[str]
     return problems
 
 
+def _stack_problems(nodes: list[dict[str, Any]], want: dict[str, Any]) -> list[str]:
+    """A node whose driver is older than the image's CUDA needs, or that cannot import what its
+    pod installs at start (a node reports both only on the GPU path, not under gloo)."""
+    problems = []
+    floor = want.get("min_driver")
+    for node in nodes:
+        driver = node.get("driver")
+        if driver is not None and floor is not None and _version(driver) < _version(floor):
+            problems.append(
+                f"node {node['node']} runs NVIDIA driver {driver}; the verl image's CUDA needs "
+                f"{want['min_driver']} or newer (components/facts/pins.py MIN_GPU_DRIVER): GKE's "
+                "DEFAULT driver of this cluster's version is older. Recreate the GPU pool on a GKE "
+                "version whose default driver is a 580 or newer, or with gpu_driver_version "
+                "LATEST (docs/training.md, \"The training stack\")"
+            )
+        if node.get("missing"):
+            problems.append(
+                f"node {node['node']} cannot import {', '.join(node['missing'])}, which its pod "
+                "installs when it starts (components/facts/pins.py POD_PACKAGES) and verl's V1 "
+                "trainer imports: the pod's postStart install failed; `kubectl describe pod` "
+                "shows FailedPostStartHook with pip's reason (the registry through Cloud NAT)"
+            )
+    return problems
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """A driver version as numbers, for ordering: "580.65.06" -> (580, 65, 6)."""
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
 def judge(measured: dict[str, Any], want: dict[str, Any]) -> list[str]:
     """Every way the measurement falls short of the target, with the likely cause."""
     problems = []
@@ -384,6 +421,7 @@ def judge(measured: dict[str, Any], want: dict[str, Any]) -> list[str]:
                 "off the bus or the device plugin is unhealthy; `kubectl describe node` on it, "
                 "and replace the node if a GPU is missing"
             )
+    problems += _stack_problems(nodes, want)
     busbw = measured["allReduce"]["busbw_gbs"]
     if busbw < want["min_busbw_gbs"]:
         problems.append(
@@ -431,8 +469,8 @@ def _fabric_problems(all_reduce: dict[str, Any], want: dict[str, Any]) -> list[s
         problems.append(
             f"NCCL enabled multi-node NVLink (MNNVL 1) on {nccl.get('mnnvl_ranks', 0)} of "
             f"{ranks} ranks: FSDP would run over RDMA at a tenth of NVLink's bandwidth. MNNVL "
-            "needs NCCL_CUMEM_ENABLE=1 in the job's env (verl sets 0 for every worker "
-            "otherwise), the ComputeDomain's IMEX channel claimed by every worker, and all "
+            "needs NCCL_CUMEM_ENABLE=1 in the job's env (the program sets it on A4X), the "
+            "ComputeDomain's IMEX channel claimed by every worker, and all "
             "nodes in one NVL72 domain (the pool's 1x72 placement). NCCL's lines: "
             + " | ".join(nccl.get("lines") or [])
         )

@@ -29,7 +29,9 @@ from components.ray.ray_access import RayAccessError, RayJobs, RequestPolicy
 # Parameters of the default model (Qwen2.5-32B-Instruct), computed from its shape.
 DEFAULT_MODEL_PARAMETERS = DEFAULT_MODEL.parameter_count
 # verl's merger loads every rank's fp32 shard at once (verl/model_merger/fsdp_model_merger.py
-# :148-157 at b178a3cd5) plus rank 0's again (:89-94): 4 bytes a parameter, (1 + 1/world) times.
+# :148-157 at b178a3cd5, where it was read; TRAINING-REVIEW-2.md Q5 found the merger's CLI and
+# loading unchanged at the pinned ref) plus rank 0's again (:89-94): 4 bytes a parameter,
+# (1 + 1/world) times.
 # The bf16 copy (:163-181) and model.to_empty (base_model_merger.py:294-306) come after the
 # shards are freed and peak lower (2 + 2 bytes a parameter). A quarter more for the interpreter,
 # the allocator and torch's own buffers: an estimate, not a measurement.

@@ -81,6 +81,10 @@ class GrpoJobArgs:
     # run, and what it did. None without a supervisor.
     ray_cluster: pulumi.Input[str] | None = None
     supervisor_state: str | None = None
+    # The RayCluster's spec digest (VerlRayCluster.pods_digest): the Ray pods are recreated when
+    # it changes, which ends the live attempt, so the run is replaced (stopped first), resuming
+    # from its checkpoints when its config is the same.
+    ray_pods: pulumi.Input[str] | None = None
     # Parameters of the trained model, for the export's memory (components/ray/export.py).
     model_parameters: float = export.DEFAULT_MODEL_PARAMETERS
 
@@ -128,6 +132,7 @@ class GrpoJob(pulumi.ComponentResource):
             "runtime_env": env,
             "staged": args.staged,
             "checked": args.checked,
+            "ray_pods": args.ray_pods,
             "metadata": _metadata(args, name),
             "wait_for": args.run.wait_for.value,
             "timeout_s": args.run.timeout_minutes * 60,

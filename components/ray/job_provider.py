@@ -69,9 +69,9 @@ _REACHED = {
     WaitFor.SUCCEEDED: frozenset({"SUCCEEDED"}),
 }
 # Inputs that define the run: changing one is a different job. The id already hashes the
-# entrypoint and env; listing them keeps the plan's reason readable. `staged` is the staging
-# Job's name, which changes with what it stages: a re-staging replaces (stops) the job first.
-REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "staged", "checked")
+# entrypoint and env; listing them keeps the plan's reason readable. A re-staging (`staged`, the
+# staging Job's name) or new Ray pods (`ray_pods`, grpo_job.py) replace (stop) the job first.
+REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "staged", "checked", "ray_pods")
 # Inputs that only change how the job is followed or described; Ray keeps a job's metadata
 # from its submission, so a metadata change is recorded in the stack only. `job_state` carries
 # a refresh's finding (see _job_state).

@@ -28,7 +28,8 @@ attempts of a run at once. The state machine and its invariants: docs/run-lifecy
   supervisor's record knows the attempt was lost with the head (its job table is in the head's
   GCS, ray-2.47.0 common.py:233-252) and the run goes on as its next attempt.
 
-Standard library only: this file is shipped, with supervisor.py, into the supervisor's pod.
+Standard library only: this file is shipped, with supervisor.py and the verl facts it reads the
+job log with (components/facts/verl.py), into the supervisor's pod.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
+
+from components.facts import verl
 
 # Ray's JobStatus values that never change again (ray/dashboard/modules/job/common.py).
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
@@ -314,30 +317,23 @@ def budget_spent(number: int, preempted_before: int, ending: Ending, max_retries
 
 # --- What a verl job log says -----------------------------------------------------------------
 
-# verl's console logger prints one line per step: "step:12 - critic/score/mean:0.53 - ..."
-# (verl/utils/logger/aggregate_logger.py concat_dict_to_str); Ray prefixes actor output with
-# "(TaskRunner pid=123) ". Values may be numpy reprs such as np.float64(0.5).
-_STEP_LINE = re.compile(r"\bstep:(\d+) - (.*)$")
+# A step line of verl's console logger, as Ray prints it: "(TaskRunner pid=1) step:12 - k:v - ..."
+# (components/facts/verl.py). Values may be numpy reprs such as np.float64(0.5).
+_STEP_LINE = re.compile(r"\b" + re.escape(verl.STEP_PREFIX) + r"(\d+) - (.*)$")
 _NUMBER = re.compile(r"^(?:np\.\w+\()?([-+0-9.eEinfa]+)\)?$")
 
-# The phases of a verl run before its first step, in order, and the line that marks each
-# (volcengine/verl b178a3cd5): verl/trainer/main_ppo.py:278 "TaskRunner hostname:", once the
-# TaskRunner actor is placed; verl/trainer/ppo/ray_trainer.py:384 "Total training steps:", from
-# the dataloader setup that precedes init_workers (the FSDP workers load the model and build the
-# vLLM rollout engine there); ray_trainer.py:1014 "Training from scratch" or :1026 "Load from
-# checkpoint folder", from _load_checkpoint at the start of fit(), once every worker and the
-# rollout engine are up. A phase seen implies the ones before it.
-PHASES = (
-    ("TaskRunner placed", re.compile(r"TaskRunner hostname:")),
-    ("loading the model and starting the rollout engine", re.compile(r"Total training steps:")),
-    ("workers and rollout engine up", re.compile(r"Training from scratch|Load from checkpoint")),
-)
+# The phases of a verl run before its first step, in order, and the text that marks each.
+PHASES = verl.PHASES
 
 
 def last_metrics(log: str) -> dict[str, float]:
-    """The metrics of the last step line in a verl job log; {} before the first step."""
+    """The metrics of the last training step in a verl job log; {} before the first one.
+
+    A step line without verl.TRAINING_STEP_KEY is a validation's (before training, or at a
+    resume), not a step: it does not count, so the first step is the first trained one."""
     for line in reversed(log.splitlines()):
-        if match := _STEP_LINE.search(line):
+        match = _STEP_LINE.search(line)
+        if match and f" - {verl.TRAINING_STEP_KEY}:" in f" - {match.group(2)}":
             metrics = {"step": float(match.group(1))}
             for item in match.group(2).split(" - "):
                 key, _, raw = item.rpartition(":")
@@ -353,8 +349,8 @@ def last_metrics(log: str) -> dict[str, float]:
 def phase(log: str) -> int:
     """How many of PHASES the log shows reached (the latest one seen counts its predecessors)."""
     reached = 0
-    for index, (_, pattern) in enumerate(PHASES, start=1):
-        if pattern.search(log):
+    for index, (_, marker) in enumerate(PHASES, start=1):
+        if marker in log:
             reached = index
     return reached
 

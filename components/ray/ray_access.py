@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import collections
 import contextlib
+import json
 import os
 import queue
 import re
@@ -36,6 +37,14 @@ import requests
 from components.ray import protocol
 
 KUBECTL = "kubectl"
+# The first kubectl that tunnels port-forward over WebSocket by default (falling back to SPDY):
+# KUBECTL_PORT_FORWARD_WEBSOCKETS, beta and on in 1.31 (kubernetes.io/blog/2024/08/20/
+# websockets-transition, KEP-4006). GKE's DNS endpoint is a Google front end, not the API
+# server (REAL-PROVIDER-REVIEW-4 finding 4), and "many modern proxies ... no longer support"
+# SPDY/3.1, which older clients speak. README names the minimum.
+KUBECTL_MINIMUM = (1, 31)
+_CLIENT_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+_kubectl_checked: str | None = None  # the client version that passed, once per process
 _FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
 # Ray's JobManager.JOB_MONITOR_LOOP_PERIOD_S (ray/dashboard/modules/job/job_manager.py).
 _JOB_MONITOR_PERIOD_S = 1.0
@@ -90,6 +99,10 @@ class RayUnreachable(RayAccessError):
 class RayClusterGone(RayUnreachable):
     """The Kubernetes API says the head Service (or its namespace) does not exist: no RayCluster
     is left to run a job, as opposed to a dashboard that is merely unreachable right now."""
+
+
+class KubectlTooOld(RayAccessError):
+    """The kubectl on PATH cannot port-forward through the DNS endpoint (KUBECTL_MINIMUM)."""
 
 
 # kubectl's answer when the Service or its namespace is gone (the API server's NotFound status).
@@ -171,6 +184,7 @@ class PortForward(Dashboard):
 
     def _start(self) -> None:
         self.close()
+        require_kubectl()
         try:
             process = subprocess.Popen(
                 self._command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -214,6 +228,40 @@ class PortForward(Dashboard):
             self._output.append(line.strip())
             lines.put(line)
         lines.put(None)
+
+
+def require_kubectl() -> str:
+    """The kubectl client's version, checked against KUBECTL_MINIMUM once per process before the
+    first port-forward (`kubectl version --client -o json`, which asks no server); an older or
+    unreadable client is refused with what to install."""
+    global _kubectl_checked
+    if _kubectl_checked is not None:
+        return _kubectl_checked
+    minimum = ".".join(map(str, KUBECTL_MINIMUM))
+    fix = (f"install kubectl {minimum} or newer (`gcloud components install kubectl`, or "
+           "kubernetes.io/docs/tasks/tools), or set verl-gke:job.dashboardAddress to reach the "
+           "dashboard another way")
+    try:
+        answer = subprocess.run(
+            [KUBECTL, "version", "--client", "-o", "json"], capture_output=True, text=True,
+            timeout=30, stdin=subprocess.DEVNULL,
+        )
+        client = json.loads(answer.stdout)["clientVersion"]
+        version = client.get("gitVersion") or f"v{client['major']}.{client['minor']}"
+        found = _CLIENT_VERSION.match(version)
+    except FileNotFoundError as error:
+        raise RayUnreachable(f"`{KUBECTL}` is not on PATH: {fix}") from error
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as error:
+        raise RayAccessError(
+            f"cannot read the kubectl client's version (`{KUBECTL} version --client -o json`: "
+            f"{error}); the port-forward needs kubectl {minimum} or newer: {fix}") from error
+    if found is None or (int(found.group(1)), int(found.group(2))) < KUBECTL_MINIMUM:
+        raise KubectlTooOld(
+            f"kubectl {version} is older than {minimum}: its port-forward speaks SPDY only, which a "
+            f"proxy such as GKE's DNS endpoint (a Google front end) need not pass; kubectl "
+            f"{minimum} tunnels it over WebSocket: {fix}")
+    _kubectl_checked = version
+    return version
 
 
 @contextlib.contextmanager

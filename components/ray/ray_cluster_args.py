@@ -15,16 +15,20 @@ from dataclasses import dataclass
 import pulumi
 
 from components.facts import pins
-from components.facts.hardware import Arch, HardwareProfile, NodeNetworking, Target
+from components.facts.hardware import PROFILES, Arch, HardwareProfile, NodeNetworking
 from components.schema.choices import ClusterMode
 from components.schema.run_inputs import floating_tag
 
-# The tutorial names the A3 Ultra cluster b200-ray-cluster too; name each after its GPU.
-CLUSTER_NAMES = {
-    Target.A4: "b200-ray-cluster",
-    Target.A3_ULTRA: "h200-ray-cluster",
-    Target.A4X: "gb200-ray-cluster",
-}
+
+
+def cluster_name(profile: HardwareProfile) -> str:
+    """The RayCluster's name, after the row's GPU: b200-, h200-, gb200-ray-cluster (the tutorial
+    names the A3 Ultra cluster b200-ray-cluster too). A name is a contract: a changed GPU name
+    renames, and so replaces, every deployed RayCluster of the target."""
+    return f"{profile.gpu.name.lower()}-ray-cluster"
+
+
+CLUSTER_NAMES = {target: cluster_name(profile) for target, profile in PROFILES.items()}
 
 
 class RayOperator(str, enum.Enum):
@@ -104,7 +108,7 @@ class VerlRayClusterArgs:
 
     @property
     def cluster_name(self) -> str:
-        return CLUSTER_NAMES[self.profile.target]
+        return cluster_name(self.profile)
 
     @property
     def without_addon(self) -> bool:
@@ -142,7 +146,7 @@ def problems(args: VerlRayClusterArgs) -> list[str]:
     if floating_tag(args.image_ref):
         found.append(
             f"image = {args.image_ref!r} has a floating tag: pin a tag that names one build "
-            "(e.g. verlai/verl:vllm011.dev7) or a digest (@sha256:...)"
+            "(e.g. verlai/verl:vllm023.dev1) or a digest (@sha256:...)"
         )
     return found
 

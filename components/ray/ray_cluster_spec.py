@@ -42,6 +42,13 @@ NVIDIA_LIB64 = "/usr/local/nvidia/lib64"
 # 32 GB; a Memory emptyDir counts against the pod's memory limit, so it is bounded there too.
 HEAD_SHM_SIZE = "10Gi"
 
+# The cluster autoscaler never removes a node to move this pod (the head holds the run's driver
+# and Ray's GCS; moving it is a head loss, a failed attempt). With the head's
+# PodDisruptionBudget (verl_ray_cluster.py) it also keeps the system pool from consolidating
+# the head's node away. What still evicts the head: docs/operations.md, "Node upgrades and
+# repairs".
+HEAD_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+
 BUCKET_VOLUME = "training-bucket-vol"
 CHECKPOINT_VOLUME = "checkpoint-bucket-vol"
 COMPUTE_DOMAIN_CLAIM = "compute-domain-channel"
@@ -61,11 +68,26 @@ def render_ray_cluster(args: VerlRayClusterArgs) -> dict[str, Any]:
             },
         },
         "spec": {
-            "rayVersion": args.profile.ray_version,
+            "rayVersion": pins.RAY_VERSION,
+            **_upgrade_strategy(args),
             "headGroupSpec": _head_group(args),
             "workerGroupSpecs": [_worker_group(args)],
         },
     }
+
+
+def _upgrade_strategy(args: VerlRayClusterArgs) -> dict[str, Any]:
+    """Where the operator is the pinned chart (KubeRay v1.7.0, A4X): `Recreate`, so that a
+    changed spec (image, pod shape) deletes every Ray pod and KubeRay creates them from the new
+    template; unset, KubeRay keeps the running pods (ray-operator/controllers/ray/
+    raycluster_controller.go:968-983, shouldRecreatePodsForUpgrade :1462-1505: it compares the
+    head pod's spec hash, which excludes replicas and the strategy itself, utils/util.go:645-668;
+    the field exists from v1.6.0, apis/ray/v1/raycluster_types.go:15-17, :84-99, all at tag
+    v1.7.0). The GKE Ray add-on's KubeRay version is unknown: there the RayCluster is replaced
+    instead (components/ray/verl_ray_cluster.py)."""
+    if not args.without_addon:
+        return {}
+    return {"upgradeStrategy": {"type": "Recreate"}}
 
 
 def _env_from(args: VerlRayClusterArgs) -> dict[str, Any]:
@@ -78,8 +100,8 @@ def _env_from(args: VerlRayClusterArgs) -> dict[str, Any]:
 
 def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
     # No Ray task or actor on the head, on every target: KubeRay would otherwise give the head
-    # its CPU limit as Ray CPUs, and verl's TaskRunner (ray.remote(num_cpus=1), "please make
-    # sure main_task is not scheduled on head", verl/trainer/main_ppo.py:80 at b178a3cd5), its
+    # its CPU limit as Ray CPUs, and verl's TaskRunner (a `@ray.remote` actor, which Ray places
+    # with 1 CPU by default, verl/trainer/main_ppo.py:98 at the pinned ref), its
     # dataloader and its agent-loop and reward workers (agent_loop.py:932-945) would land in the
     # head's 32 GB (TRAINING-REVIEW.md finding 9). KubeRay: "setting num-cpus:"0" for the Ray
     # head pod will prevent Ray workloads with non-zero CPU requirements from being scheduled
@@ -107,7 +129,7 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "initContainers": [
             log_shipper.shipper_container(args.image_ref, "ray-logs", "/tmp/ray", patterns)
         ],
-        "containers": [_with_post_start(container, args.profile.arch)],
+        "containers": [_with_pod_packages(container)],
         "volumes": [
             {"name": "ray-logs", "emptyDir": {}},
             # Ray's object store: without it Ray falls back to /tmp ("The object store is using
@@ -126,7 +148,7 @@ def _head_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "serviceType": "ClusterIP",
         "rayStartParams": start_params,
         "template": {
-            "metadata": {"annotations": _gcsfuse_annotations(args, "head")},
+            "metadata": {"annotations": {**_gcsfuse_annotations(args, "head"), **HEAD_ANNOTATIONS}},
             "spec": pod_spec,
         },
     }
@@ -154,7 +176,7 @@ def _worker_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "nodeSelector": _worker_node_selector(args),
         "affinity": _one_worker_per_node(args.cluster_name),
         "tolerations": _tolerations(hw),
-        "containers": [_with_post_start(container, hw.arch)],
+        "containers": [_with_pod_packages(container)],
         "volumes": [
             {"name": "nvidia", "hostPath": {"path": NVIDIA_HOST_PATH}},
             {"name": "gib", "hostPath": {"path": GIB_HOST_PATH}},
@@ -210,13 +232,23 @@ def _checkpoint_volume(args: VerlRayClusterArgs) -> dict[str, Any]:
     return {"name": CHECKPOINT_VOLUME, "csi": {"driver": CSI_DRIVER, "volumeAttributes": attributes}}
 
 
-def _with_post_start(container: dict[str, Any], arch: Arch) -> dict[str, Any]:
-    """The arm64 image's verl needs TransferQueue, which it does not ship (the tutorial's hook)."""
-    if arch is Arch.ARM64:
-        install = f"pip3 install --quiet TransferQueue=={pins.TRANSFER_QUEUE_VERSION}"
-        container["lifecycle"] = {
-            "postStart": {"exec": {"command": ["/bin/bash", "-c", install]}}
-        }
+def _with_pod_packages(container: dict[str, Any]) -> dict[str, Any]:
+    """Install what verl needs and the image lacks (pins.POD_PACKAGES), when the pod starts.
+
+    The tutorial's postStart hook, on every architecture (it had it on A4X only, where the V1
+    trainer's TransferQueue was needed as much as anywhere else), and with --no-deps: pip resolves
+    nothing and moves none of the image's packages. Kubernetes runs the hook beside the
+    container's command, in no set order, but reports the container Running (and the pod Ready)
+    only once the hook has returned, and kills and restarts the container when it fails (the
+    kubelet's FailedPostStartHook event says why). verl first imports transfer_queue in the
+    training's TaskRunner, after the RayCluster is ready and the ClusterCheck has passed.
+    """
+    requirements = " ".join(package.requirement for package in pins.POD_PACKAGES)
+    install = (
+        "python3 -m pip install --quiet --no-deps --disable-pip-version-check "
+        f"{requirements}"
+    )
+    container["lifecycle"] = {"postStart": {"exec": {"command": ["/bin/bash", "-c", install]}}}
     return container
 
 

@@ -40,11 +40,16 @@ from components.facts.layout import DASHBOARD_PORT
 from components.options import child_options
 from components.schema.lifecycle import SUPERVISOR_PERIOD_MINUTES, RunLifecycle
 
-_HERE = Path(__file__).resolve().parent
-# The files the supervisor's pod runs, as `python -m components.ray.supervisor` in /app (a
-# namespace package: no __init__.py is needed).
-CODE = {name: _HERE / name for name in (
-    "protocol.py", "supervisor.py", "supervisor_end.py", "supervisor_io.py")}
+_ROOT = Path(__file__).resolve().parent.parent.parent
+# The files the supervisor's pod runs, as `python -m components.ray.supervisor` in /app, each
+# at its path in the project (namespace packages: no __init__.py is needed): the supervisor, what
+# it does after the run, its I/O, the protocol it shares with the provider, and the verl facts
+# the protocol reads the job log with. ConfigMap keys cannot hold a '/', so each is keyed by its
+# file name.
+CODE_PATHS = ("components/ray/protocol.py", "components/ray/supervisor.py",
+              "components/ray/supervisor_end.py", "components/ray/supervisor_io.py",
+              "components/facts/verl.py")
+CODE = {path.rsplit("/", 1)[1]: _ROOT / path for path in CODE_PATHS}
 APP_DIR = "/app"
 SPEC_FILE = "run.json"
 LABELS = {"app.kubernetes.io/name": "verl-gke-supervisor"}
@@ -125,7 +130,7 @@ def render_objects(name: str, args: RunSupervisorArgs) -> list[dict[str, Any]]:
 
 
 def _cron_job(name: str, args: RunSupervisorArgs, meta: dict[str, Any]) -> dict[str, Any]:
-    items = [{"key": key, "path": f"components/ray/{key}"} for key in CODE]
+    items = [{"key": path.rsplit("/", 1)[1], "path": path} for path in CODE_PATHS]
     items.append({"key": SPEC_FILE, "path": SPEC_FILE})
     container = {
         "name": "supervisor",

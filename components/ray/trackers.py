@@ -52,8 +52,11 @@ class TrackerCredentials(pulumi.ComponentResource):
                 name=args.name, namespace=args.namespace, labels=LABELS
             ),
             type="Opaque",
-            # `data`, not stringData, for the reasons components/secrets.py gives.
-            data={key: secret_data(value) for key, value in args.env.items()},
+            # `data`, not stringData, for the reasons components/secrets.py gives; none at all
+            # when no tracker needs a key: the API server drops an empty map (`omitempty`), and
+            # pulumi-kubernetes would send `{"data":{}}` again on every `up` (the merge patch of
+            # the pruned live object, provider.go:2851-2864 @94977969d6; tools/readback.py).
+            data={key: secret_data(value) for key, value in args.env.items()} or None,
             opts=child_options(self, opts, additional_secret_outputs=["data"]),
         )
         self.secret_name = secret.metadata.name

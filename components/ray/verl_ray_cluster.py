@@ -27,6 +27,8 @@ PodMonitoring as plain data in components/ray/ray_cluster_spec.py.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import pulumi
@@ -51,10 +53,13 @@ class VerlRayCluster(pulumi.ComponentResource):
 
     ray_cluster: k8s.apiextensions.CustomResource
     head_policy: k8s.networking.v1.NetworkPolicy
+    head_budget: k8s.policy.v1.PodDisruptionBudget
     operator_release: k8s.helm.v3.Release | None
     pod_monitoring: k8s.apiextensions.CustomResource | None  # without the add-on only
     name: pulumi.Output[str]
     head_service: pulumi.Output[str]
+    # Changes whenever the Ray pods are recreated: the run's `ray_pods` input, which replaces it.
+    pods_digest: pulumi.Output[str]
     dashboard_port: int
     worker_replicas: int
     worker_group: str
@@ -77,6 +82,7 @@ class VerlRayCluster(pulumi.ComponentResource):
                 *args.pod_prerequisites,
                 *([self.operator_release] if self.operator_release else []),
             ],
+            **_recreation(args),
         )
         rendered = render_ray_cluster(args)
         self.ray_cluster = k8s.apiextensions.CustomResource(
@@ -88,6 +94,7 @@ class VerlRayCluster(pulumi.ComponentResource):
             opts=cluster_opts,
         )
         self.head_policy = _head_policy(name, args, child)
+        self.head_budget = _head_budget(name, args, child)
         self.pod_monitoring = _pod_monitoring(name, args, child) if args.without_addon else None
 
         # Outputs that resolve only once the RayCluster is ready, so that whatever reads them
@@ -95,6 +102,12 @@ class VerlRayCluster(pulumi.ComponentResource):
         ready = self.ray_cluster.id
         self.name = ready.apply(lambda _: args.cluster_name)
         self.head_service = ready.apply(lambda _: f"{args.cluster_name}-head-svc")
+        # A digest of the spec the Ray pods are made from; it also depends on the RayCluster, so
+        # that a replacement of it (delete first) finds the run unknown and replaces it first
+        # (the engine's dependent replacement).
+        self.pods_digest = pulumi.Output.all(ready, rendered["spec"]).apply(
+            lambda values: spec_digest(values[1])
+        )
         self.dashboard_port = DASHBOARD_PORT
         self.worker_replicas = args.nodes
         self.worker_group = WORKER_GROUP
@@ -108,6 +121,55 @@ class VerlRayCluster(pulumi.ComponentResource):
                 "workerGroup": self.worker_group,
             }
         )
+
+
+def spec_digest(spec: Any) -> str:
+    """16 hex digits of the RayCluster's spec without the worker counts, as KubeRay's own
+    upgrade hash leaves them out (utils/util.go:645-668 at v1.7.0)."""
+    counted = json.loads(json.dumps(spec, sort_keys=True, default=str))
+    for group in counted.get("workerGroupSpecs") or []:
+        for key in ("replicas", "minReplicas", "maxReplicas"):
+            group.pop(key, None)
+    counted.pop("upgradeStrategy", None)
+    text = json.dumps(counted, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _recreation(args: VerlRayClusterArgs) -> dict[str, Any]:
+    """How a changed spec reaches the running pods. KubeRay patches the CR and keeps the pods
+    unless `spec.upgradeStrategy` is Recreate (v1.6+), which the pinned chart (A4X) has
+    (ray_cluster_spec.py `_upgrade_strategy`). The GKE Ray add-on's KubeRay version is unknown,
+    so there a changed spec replaces the RayCluster, delete first (its name is fixed): the
+    operator deletes the old pods with it and creates new ones from the new spec. The run is
+    replaced with it either way (its `ray_pods` input, grpo_job.py). The supervisor's
+    `spec.suspend` is not among the sent fields, so it changes nothing here."""
+    if args.without_addon:
+        return {}
+    return {"replace_on_changes": ["spec"], "delete_before_replace": True}
+
+
+def _head_budget(
+    name: str, args: VerlRayClusterArgs, opts: pulumi.ResourceOptions
+) -> k8s.policy.v1.PodDisruptionBudget:
+    """No voluntary eviction of the Ray head: a drain (node upgrade, auto-repair, the cluster
+    autoscaler consolidating the system pool) waits instead of taking the run's driver and GCS
+    with it. A head that is not ready may still be evicted (`unhealthyPodEvictionPolicy:
+    AlwaysAllow`, GA in Kubernetes 1.31), so a broken head never holds a node. What a budget
+    does not stop (node pressure, spot reclaims, GKE's time limits on upgrades) is in
+    docs/operations.md, "Node upgrades and repairs"."""
+    selector = {"ray.io/cluster": args.cluster_name, "ray.io/node-type": "head"}
+    return k8s.policy.v1.PodDisruptionBudget(
+        f"{name}-head-budget",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=f"{args.cluster_name}-head", namespace=args.namespace
+        ),
+        spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+            max_unavailable=0,
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+            unhealthy_pod_eviction_policy="AlwaysAllow",
+        ),
+        opts=opts,
+    )
 
 
 def _pod_monitoring(

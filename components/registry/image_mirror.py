@@ -34,14 +34,37 @@ def registry_host(region: str) -> str:
     return f"{region}-docker.pkg.dev"
 
 
+# Host names of Docker Hub itself (docker/distribution reference/normalize.go: `docker.io` is
+# the default domain, `index.docker.io` its legacy name; registry-1 is the API host).
+DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
+
+
+def docker_hub_path(image: str) -> str:
+    """A Docker Hub reference without its host: `docker.io/verlai/verl:t` -> `verlai/verl:t`."""
+    host, _, rest = image.partition("/")
+    return rest if rest and host in DOCKER_HUB_HOSTS else image
+
+
+def other_registry(image: str) -> str | None:
+    """The registry host of a reference that is not Docker Hub's (`nvcr.io/nvidia/x:t` ->
+    `nvcr.io`), or None: a first path part with a dot or a port, or `localhost`, is a host."""
+    first = image.split("/", 1)[0]
+    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+        return None if first in DOCKER_HUB_HOSTS else first
+    return None
+
+
 def mirrored(image: str, region: str, project: str, repository_id: str) -> str:
     """`verlai/verl:tag` -> `<region>-docker.pkg.dev/<project>/<repo>/verlai/verl:tag`.
 
     Docker Hub's official images live under `library/` (`python:3` is `library/python:3`), which
     a remote repository's path must spell out; digests (`@sha256:...`) carry over unchanged.
+    Docker Hub's own host names (`docker.io/verlai/verl:tag`, `index.docker.io/...`) name the
+    same image and are mirrored as the bare form is; another registry's image is returned as it
+    is (pulled directly: `other_registry`).
     """
-    first = image.split("/", 1)[0]
-    if "/" in image and ("." in first or ":" in first or first == "localhost"):
+    image = docker_hub_path(image)
+    if other_registry(image):
         return image  # another registry: not Docker Hub's to mirror
     path = image if "/" in image.split("@", 1)[0] else f"library/{image}"
     return f"{registry_host(region)}/{project}/{repository_id}/{path}"
@@ -82,4 +105,10 @@ class ImageMirror(pulumi.ComponentResource):
         """The mirror's reference for a Docker Hub image (plain text: checked at construction
         by the components that take it); pods using it must depend on this component."""
         args = self._args
+        if host := other_registry(image):
+            pulumi.log.warn(
+                f"image {image} is pulled directly from {host}, not through the stack's Docker "
+                "Hub mirror: no regional cache and no image streaming for it (push it to an "
+                "Artifact Registry repository of your own to get both)"
+            )
         return mirrored(image, args.region, args.project, args.repository_id)

@@ -117,11 +117,11 @@ class RunLifecycle(BaseModel):
     @field_validator("keep_checkpoints")
     @classmethod
     def _keep_two(cls, value: int) -> int:
-        # verl's register_checkpoint removes the previous step's actor/ right after a save
-        # (verl b178a3cd5 verl/utils/checkpoint/checkpoint_manager.py:159-172,
-        # fsdp_checkpoint_manager.py:362) and the tracker is written only afterwards
-        # (ray_trainer.py:958-995): with 1 kept, a crash in between leaves the tracker naming a
-        # step without actor/, which no retry and no export can load.
+        # verl's register_checkpoint removes the saves beyond max_actor_ckpt_to_keep right after
+        # a save (verl/utils/checkpoint/checkpoint_manager.py:167-180 at the pinned ref, called
+        # at fsdp_checkpoint_manager.py:395) and the tracker is written only afterwards
+        # (verl/trainer/ppo/v1/trainer_base.py:771-775): with 1 kept, a crash in between leaves
+        # the tracker naming a step without actor/, which no retry and no export can load.
         if value < 2:
             raise ValueError(
                 f"{CONFIG_KEY}.keepCheckpoints={value!r} is too few: keep at least 2, so that "
@@ -146,7 +146,7 @@ def prune_command(run_dir: str, keep: int) -> str:
 
     It runs before every attempt, so the checkpoints of earlier attempts, which verl's own
     pruning never sees (it removes only paths saved by the current process,
-    verl/utils/checkpoint/checkpoint_manager.py:59, :144-172 at b178a3cd5), are pruned too. The
+    verl/utils/checkpoint/checkpoint_manager.py:59, :152-180 at the pinned ref), are pruned too. The
     step the tracker names (what the attempt resumes from and the export merges) is never
     deleted, even when a newer, partial save of a crashed attempt is among the newest: the
     tracker is read once, and nothing is pruned when it cannot be read or is empty (a transient

@@ -16,8 +16,9 @@ hex of its identity>`. What it does not do: stage the model, data or verl source
 owns that), or validate Hydra keys it does not model (`extraOverrides` is passed through as
 written, after Hydra's own parser and merge check them against the program's keys).
 
-verl's checks are read at volcengine/verl b178a3cd5 (2026-01-29), the newest snapshot available
-here; the tutorial's VERL_REF ddbcdb7 is not in it. Each check names the file it mirrors.
+verl's checks mirror verl at its pinned ref (components/facts/verl.py); each names the file it
+mirrors, and tools/training_stack.py composes every override the program writes with verl's
+own config at that ref.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from components.facts import verl
 from components.facts.hardware import HardwareProfile
 from components.facts.models import ModelShape
 from components.facts.layout import (
@@ -117,10 +119,10 @@ class GrpoRunConfig(RunLifecycle):
     max_response_length: int = Field(
         512, gt=0, description="data.max_response_length (tokens)."
     )
-    # verl's own GSM8K GRPO recipes, for Qwen2-7B and for Qwen2.5-32B-Instruct, train at 1e-6
-    # with the KL loss (examples/grpo_trainer/run_qwen2-7b.sh:14-21 and
-    # run_qwen2_5_32b_grpo_npu.sh:13-20 at verl b178a3cd5); the tutorial's 1e-5 without KL on
-    # a4/a3u is 10x that for a full-parameter update of a 32B policy (review finding 7).
+    # verl's own GSM8K GRPO recipe for Qwen2.5-32B-Instruct trains at 1e-6 with the KL loss
+    # (examples/grpo_trainer/run_qwen2_5_32b_fsdp.sh:25-26, :76-78 at the pinned ref); the
+    # tutorial's 1e-5 without KL on a4/a3u is 10x that for a full-parameter update of a 32B
+    # policy (review finding 7).
     learning_rate: float = Field(
         1e-6, gt=0, description="actor_rollout_ref.actor.optim.lr; default 1e-6 (verl's recipes)."
     )
@@ -183,8 +185,9 @@ class GrpoRunConfig(RunLifecycle):
         description="actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu; default: as the "
         "rollout's.",
     )
-    # GRPO's KL is the actor's KL loss (dp_actor.py:648 at verl b178a3cd5); algorithm.kl_ctrl
-    # is read only with use_kl_in_reward (ray_trainer.py:306-307), which GRPO leaves off.
+    # GRPO's KL is the actor's KL loss (verl/workers/utils/losses.py:132-140 at the pinned ref);
+    # algorithm.kl_ctrl is read only with use_kl_in_reward (verl/trainer/ppo/v1/trainer_base.py:
+    # 116-117), which GRPO leaves off.
     kl_coef: float = Field(
         0.001, ge=0,
         description="actor_rollout_ref.actor.kl_loss_coef, with useKlLoss; default 0.001 "
@@ -236,12 +239,12 @@ class GrpoRunConfig(RunLifecycle):
     )
     reward_function_path: str | None = Field(
         None,
-        description="custom_reward_function.path: a Python file (relative to workingDir, "
+        description="reward.custom_reward_function.path: a Python file (relative to workingDir, "
         "/data/..., or gs://<bucket>/...); default: verl's reward for the dataset.",
     )
     reward_function_name: str | None = Field(
         None,
-        description="custom_reward_function.name: the function in that file; default: verl's "
+        description="reward.custom_reward_function.name: the function in that file; default: "
         "compute_score.",
     )
     run_name: str = Field(
@@ -363,14 +366,15 @@ _HYDRA_KEYS: dict[str, str] = {
     "save_freq": "trainer.save_freq",
     "test_freq": "trainer.test_freq",
     "total_epochs": "trainer.total_epochs",
-    # Not in the tutorial: HSDP (verl/workers/fsdp_workers.py:98-105 create_device_mesh, the
-    # actor's fsdp_size also shards the reference, :166).
+    # Not in the tutorial: HSDP (verl/workers/engine/fsdp/transformer_impl.py:215-217 at the
+    # pinned ref builds each engine's mesh from its own fsdp_size: the actor's; the reference
+    # keeps its -1, TRAINING-REVIEW-2.md finding 9).
     "fsdp_size": "actor_rollout_ref.actor.fsdp_config.fsdp_size",
     # verl loads the file by path (it must exist where the trainer runs: os.path.exists, then
-    # spec_from_file_location) and takes the named function (verl/trainer/ppo/reward.py
-    # get_custom_reward_fn:24-52 at volcengine/verl 03023e2a, the snapshot read here).
-    "reward_function_path": "custom_reward_function.path",
-    "reward_function_name": "custom_reward_function.name",
+    # spec_from_file_location) and takes the named function; where it reads them at the pinned
+    # ref is components/facts/verl.py's (not the legacy top-level group, which main_ppo ignores).
+    "reward_function_path": verl.REWARD_FUNCTION_PATH,
+    "reward_function_name": verl.REWARD_FUNCTION_NAME,
 }
 # Keys a typed field sets through something other than _HYDRA_KEYS.
 _OFFLOAD_KEYS = {
@@ -420,8 +424,14 @@ def hydra_overrides(
         for field, hydra_key in _HYDRA_KEYS.items()
         if values[field] is not None
     }
+    if resolved.reward_function_path is not None and resolved.reward_function_name is None:
+        # The reward group's own default, written out: the run says which function it calls.
+        overrides[verl.REWARD_FUNCTION_NAME] = verl.DEFAULT_REWARD_FUNCTION_NAME
     if resolved.use_kl_loss:
         overrides[REFERENCE_DTYPE[0]] = REFERENCE_DTYPE[1]
+    # The trainer the offline check walks (tools/training_stack.py), named rather than left to
+    # verl's default of the day (components/facts/verl.py USE_V1).
+    overrides[verl.USE_V1[0]] = verl.USE_V1[1]
     overrides.update({
         key: "True" for key, modes in _OFFLOAD_KEYS.items() if resolved.offload in modes
     })
@@ -595,6 +605,18 @@ def _override_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int)
                 else f"set {_key(field)} instead"
             )
             problems.append(f"{where} duplicates a typed setting: {hint}")
+        elif bare == verl.USE_V1[0]:
+            problems.append(
+                f"{where} chooses verl's trainer, which the program sets: it runs the V1 trainer, "
+                "the one its training stack is checked for (docs/training.md); remove the entry"
+            )
+        elif ignored := next((group for group in verl.IGNORED_GROUPS
+                              if bare == group or bare.startswith(group + ".")), None):
+            problems.append(
+                f"{where} is under `{ignored}`, which the pinned verl composes but never reads "
+                f"(it reads {verl.IGNORED_GROUPS[ignored]}): for a reward function set "
+                f"{_key('reward_function_path')} and {_key('reward_function_name')}"
+            )
         else:
             checked[key] = value
     # Every other override is parsed and merged with Hydra itself; the program's checkpoint keys

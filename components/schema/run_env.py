@@ -3,8 +3,9 @@
 `runtime_env` is what the job is submitted with: env vars only (NCCL plugin and tuning per
 target, verl's own defaults that the tutorial drops, where the bucket keeps the HF cache).
 `effective_env` adds what verl's trainer puts into every worker's env on top of it (its
-PPO_RAY_RUNTIME_ENV, for each key the job's env does not set): the ClusterCheck measures the
-fabric under that env, so what it passes is what training gets.
+PPO_RAY_RUNTIME_ENV, for each key the job's env does not set; components/facts/verl.py
+WORKER_ENV): the ClusterCheck measures the fabric under that env, so what it passes is what
+training gets.
 
 Google's gIB guidance is to `source /usr/local/gib/scripts/set_nccl_env.sh` and put
 /usr/local/gib/lib64 on LD_LIBRARY_PATH. A Ray runtime env holds variables, not a script that
@@ -16,6 +17,7 @@ them inside NCCL. The library path follows the guidance on every target.
 
 from __future__ import annotations
 
+from components.facts import verl
 from components.facts.hardware import HardwareProfile, NodeNetworking
 from components.facts.layout import HF_HOME, VERL_DIR
 
@@ -38,21 +40,21 @@ _RDMA_VPC_NCCL_ENV = {
 # A4X: the gIB arm64 plugin sits next to the driver libraries and tunes itself through the
 # `gcp` env plugin (the tutorial's A4X runtime env).
 # NCCL_CUMEM_ENABLE=1: NCCL uses multi-node NVLink only with cuMem ("MNNVL requires cuMem to be
-# enabled", NVIDIA/nccl src/mnnvl.cc:15-16 at 5067397c), and verl turns cuMem off for every
-# worker unless the key is already in the job's env (verl/trainer/constants_ppo.py:31 and
-# :56-58 at b178a3cd5; since b86cd96eb, in v0.6.0 to v0.7.0). Without it the NVL72 domain's
-# FSDP collectives go over RDMA (review finding 3; vllm-project/vllm#16992 measured the same on
-# GB200). verl's reason for 0 is weight sync in *disaggregated* mode; this run is colocated
-# (hybrid engine). vLLM keeps an explicit 1 (vllm-project/vllm#19105) and no longer sets 0 at all
-# (#24141). The ClusterCheck, run under this env, fails unless NCCL reports `MNNVL 1`.
+# enabled", NVIDIA/nccl src/mnnvl.cc:15-16 at 5067397c). verl up to v0.7 set 0 for every worker
+# unless the job's env had the key (review finding 3); at the pinned ref it sets 0 only for the
+# vLLM server actors (components/facts/verl.py WORKER_ENV), so the training workers would get
+# NCCL's default. The 1 stays explicit: the NVL72 domain's FSDP collectives depend on it, and a
+# verl that sets 0 again would otherwise send them over RDMA, silently. The ClusterCheck, run
+# under this env, fails unless NCCL reports `MNNVL 1`.
 _DRANET_NCCL_ENV = {
     "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64:/usr/local/gib/lib64",
     "NCCL_ENV_PLUGIN": "gcp",
     "NCCL_CUMEM_ENABLE": "1",
 }
-# verl's own defaults (verl/trainer/runtime_env.yaml), which the tutorial's file drops. Its
-# HCCL_* entries are for Ascend NPUs and are left out.
-_VERL_ENV = {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+# From verl's own runtime_env.yaml, which the tutorial's file drops. Not its
+# CUDA_DEVICE_MAX_CONNECTIONS=1: at the pinned ref verl sets that only for Megatron on Hopper
+# and Ampere, since it serialises FSDP2's prefetch (components/facts/verl.py WORKER_ENV).
+_VERL_ENV = {"TORCH_NCCL_AVOID_RECORD_STREAMS": "1"}
 
 
 def runtime_env(
@@ -90,24 +92,9 @@ def runtime_env(
     return {"env_vars": env}
 
 
-# What verl's trainer sets for every worker unless the job's env has the key
-# (verl/trainer/constants_ppo.py:20-40 and get_ppo_ray_runtime_env :43-59 at b178a3cd5). The
-# HCCL_* entries are for Ascend NPUs and change nothing here; they are kept so the dict is verl's.
-VERL_PPO_ENV = {
-    "TOKENIZERS_PARALLELISM": "true",
-    "NCCL_DEBUG": "WARN",
-    "VLLM_LOGGING_LEVEL": "WARN",
-    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true",
-    "CUDA_DEVICE_MAX_CONNECTIONS": "1",
-    "NCCL_CUMEM_ENABLE": "0",
-    "VLLM_DISABLE_COMPILE_CACHE": "1",
-    "HCCL_HOST_SOCKET_PORT_RANGE": "auto",
-    "HCCL_NPU_SOCKET_PORT_RANGE": "auto",
-}
-
-
 def effective_env(profile: HardwareProfile, nodes: int) -> dict:
     """The runtime env a training worker ends up with: the job's, plus verl's for unset keys."""
     env = runtime_env(profile, nodes)["env_vars"]
-    verl = {key: value for key, value in VERL_PPO_ENV.items() if key not in env}
-    return {"env_vars": {**verl, **env}}
+    added = {key: value for key, value in verl.WORKER_ENV.items() if key not in env}
+    forwarded = {key: env.get(key, "0") for key in verl.FORWARDED_ENV}
+    return {"env_vars": {**added, **env, **forwarded}}

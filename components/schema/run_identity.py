@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from components.schema.run import GrpoRunConfig
 
 # The reference policy in bf16: verl builds it with ref.fsdp_config, whose model_dtype is fp32
-# in the composed config (_generated_ppo_trainer.yaml:176 at b178a3cd5) although the worker's
-# own fallback for a non-actor is bf16 (fsdp_workers.py:324-328). It is only read for
-# log-probs, so fp32 master weights buy nothing but 2 bytes per parameter per GPU.
+# in the composed config (verl/trainer/config/engine/fsdp.yaml:33 at the pinned ref; the engine
+# reads it, verl/workers/engine/fsdp/transformer_impl.py). It is only read for log-probs, so
+# fp32 weights buy nothing but 2 bytes per parameter per GPU.
 REFERENCE_DTYPE = ("actor_rollout_ref.ref.fsdp_config.model_dtype", "bfloat16")
 # Settings that extend, observe or only tune the execution of a run: changing one keeps the run
 # (its checkpoint directory), so the job restarts and resumes where it was. Everything else of
@@ -42,10 +42,11 @@ CONTINUATION_FIELDS = frozenset({
     *RunLifecycle.model_fields,
 })
 # Extra overrides of the same kinds; every other extra override is part of the run's identity.
-# Execution-only keys of verl's config (verl/trainer/config/_generated_ppo_trainer.yaml at
-# b178a3cd5): dynamic batch sizes and their token budgets (:53-54, :134-135, :220-221), FSDP
-# offload (:30-31, :170-171), vLLM's batching, eager mode and cache (:203-212), activation
-# checkpointing and offload.
+# Execution-only keys of verl's config (verl/trainer/config/_generated_ppo_trainer.yaml at the
+# pinned ref): dynamic batch sizes and their token budgets (:66-67, :164-165, :274-275), FSDP
+# offload (:31-33, :206-208), vLLM's batching, eager mode and cache (:256-265), activation
+# checkpointing and offload (:388-389). tests/test_training_stack.py holds each key to verl's
+# composed config.
 CONTINUATION_OVERRIDES = frozenset({
     "trainer.total_training_steps", "trainer.project_name", "trainer.experiment_name",
     "trainer.log_val_generations", "trainer.max_actor_ckpt_to_keep",

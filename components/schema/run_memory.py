@@ -3,7 +3,8 @@
 An estimate, not a measurement (no GPU was available where it was written). It exists to refuse
 before any GPU is billed what cannot fit by a wide margin, and to pick defaults that do; the
 margins below are said where they are taken. Source of the arithmetic and the figures it was
-checked against: ../shared/reference/TRAINING-REVIEW.md, "Memory arithmetic" (verl b178a3cd5).
+checked against: ../shared/reference/TRAINING-REVIEW.md, "Memory arithmetic" (read at verl
+b178a3cd5), re-derived at the pinned ref by TRAINING-REVIEW-2.md (Q3: the dense-model rows hold).
 
 Phases (verl's hybrid engine: actor, reference and vLLM share every GPU, fsdp_workers.py):
 - rollout: FSDP's fp32 parameters and Adam stay resident (no offload), the reference model too,

@@ -23,7 +23,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from components.facts.hardware import HardwareProfile, Target
+from components.facts.hardware import HardwareProfile
 from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.schema.run_memory import MemoryPlan, Offload, fits, vllm_need_gib
 
@@ -37,9 +37,9 @@ BASE_TRAIN_BATCH = 256
 # two micro batches of 32 per GPU; GSM8K's 7,473 prompts then still make 3 steps per epoch at
 # 32 a4 nodes. A floor, not a target: more samples per GPU only help the GPUs.
 SAMPLES_PER_GPU_FLOOR = 64
-# Optimizer steps per RL step (train batch / mini batch): the tutorial's 256/256 on a4/a3u,
-# 256/64 on a4x. Kept per target so the update dynamics stay the tutorial's.
-OPTIMIZER_STEPS = {Target.A4: 1, Target.A3_ULTRA: 1, Target.A4X: 4}
+# Optimizer steps per RL step (train batch / mini batch) are the tutorial's for the target
+# (HardwareProfile.tutorial_job: 256/256 on a4/a3u, 256/64 on a4x), so the update dynamics stay
+# the tutorial's.
 # The tutorial's largest micro batch (a4/a3u: 64). Past it the per-micro-batch all-gather is
 # already a small share of the step (tools/step_model.py); bigger only costs memory.
 MICRO_BATCH_CAP = 64
@@ -86,10 +86,10 @@ def prompts_per_step(gpus: int, rollout_n: int) -> int:
     return -(-wanted // step) * step
 
 
-def mini_batch(train_batch: int, gpus: int, rollout_n: int, target: Target) -> int:
+def mini_batch(train_batch: int, gpus: int, rollout_n: int, optimizer_steps: int) -> int:
     """train / optimizer steps, kept a multiple of what divides its samples over the GPUs."""
     step = gpus // math.gcd(gpus, rollout_n)
-    return max(step, train_batch // OPTIMIZER_STEPS[target] // step * step)
+    return max(step, train_batch // optimizer_steps // step * step)
 
 
 def largest_divisor(n: int, cap: int, ok=lambda d: True) -> int:
@@ -108,7 +108,9 @@ def derive(
     if out["train_batch_size"] is None:
         out["train_batch_size"] = prompts_per_step(gpus, n)
     if out["ppo_mini_batch_size"] is None:
-        out["ppo_mini_batch_size"] = mini_batch(out["train_batch_size"], gpus, n, profile.target)
+        out["ppo_mini_batch_size"] = mini_batch(
+            out["train_batch_size"], gpus, n, profile.tutorial_job.optimizer_steps
+        )
     per_gpu_mini = max(1, out["ppo_mini_batch_size"] * n // gpus)
     per_gpu_samples = max(1, out["train_batch_size"] * n // gpus)
     tps = tp_choices(shape, gpus_per_node) or [1]
@@ -168,11 +170,10 @@ def _shard(fsdp_size: int | None, gpus: int) -> int:
     return gpus if fsdp_size is None or fsdp_size <= 0 or fsdp_size >= gpus else fsdp_size
 
 
-# The tutorial's values where a4/a3u and a4x differ. None means "the tutorial leaves the key
-# out": it is not passed, so verl's own default applies.
-_PER_TARGET_DEFAULTS: dict[str, dict[Target, object]] = {
-    "val_before_train": {Target.A4: False, Target.A3_ULTRA: False, Target.A4X: None},
-}
+# The tutorial's values where a4/a3u and a4x differ, read from the target's row
+# (HardwareProfile.tutorial_job). None means "the tutorial leaves the key out": it is not passed,
+# so verl's own default applies.
+PER_TARGET_DEFAULTS = ("val_before_train",)
 # Derived from the cluster and the model when unset (`derive`).
 SIZED_FIELDS = (
     "train_batch_size", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu",
@@ -184,8 +185,8 @@ SIZED_FIELDS = (
 def resolve(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> GrpoRunConfig:
     """The run with every unset field filled from the tutorial, the hardware and the model."""
     unset = {
-        key: by_target[profile.target]
-        for key, by_target in _PER_TARGET_DEFAULTS.items()
+        key: getattr(profile.tutorial_job, key)
+        for key in PER_TARGET_DEFAULTS
         if getattr(run, key) is None
     }
     gpus_per_node = run.n_gpus_per_node or profile.gpus_per_node

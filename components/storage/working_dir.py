@@ -50,8 +50,9 @@ class WorkingDirUpload(pulumi.ComponentResource):
         self.prefix = uploaded_dir(tree_digest(files))
         self.objects = [
             gcp.storage.BucketObject(
-                # Named by the file's relative path, not the digest: a changed file replaces
-                # its object (a new `name`), an unchanged directory keeps every one.
+                # Named by the file's relative path: the resource keeps its name across
+                # changes, while every object's `name` carries the tree digest, so any changed
+                # file replaces every object of the tree (a new prefix, delete first).
                 f"{name}-{hashlib.sha256(relative.encode()).hexdigest()[:12]}",
                 bucket=args.bucket_name,
                 name=f"{self.prefix}/{relative}",

@@ -5,8 +5,8 @@ actor that asks for a GPU; a test head has none (tools/local_ray.py starts it wi
 --num-gpus=0), so the actor lands on a worker node that has one, and the driver stays on the
 head (Ray runs an entrypoint without entrypoint resources on the head node, ray-2.47.0
 dashboard/modules/job/job_manager.py _get_scheduling_strategy). Each step is a call to that
-actor, followed by a verl-style step line (the program reads the step from the log,
-components/ray/protocol.py last_metrics).
+actor, followed by a step line as the pinned verl prints it (components/facts/verl.py; the
+program reads the step from the log, components/ray/protocol.py last_metrics).
 
 --hold-until FILE: after --steps steps, the driver waits on a call to the actor until FILE exists,
 as verl's driver waits on its workers; an attempt whose node is lost meanwhile fails there (Ray
@@ -19,6 +19,11 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for its verl facts
+
+from components.facts import verl  # noqa: E402
 
 
 def main() -> int:
@@ -47,8 +52,9 @@ def main() -> int:
         if args.hold_until and step == last:
             ray.get(worker.wait_for.remote(args.hold_until))
         score = ray.get(worker.step.remote(step))
-        print(f"(TaskRunner pid={os.getpid()}) step:{step} - critic/score/mean:{score:.3f} - "
-              f"actor/lr:np.float64(1e-05)", flush=True)
+        metrics = {"critic/score/mean": f"{score:.3f}", "actor/lr": "np.float64(1e-05)",
+                   verl.TRAINING_STEP_KEY: 0.1}
+        print(f"(TaskRunner pid={os.getpid()}) " + verl.step_line(step, metrics), flush=True)
     if args.fail:
         print("CUDA error: out of memory (simulated)", flush=True)
         return 1

@@ -1,19 +1,23 @@
 """Stand-in for `python3 -m verl.trainer.main_ppo`: prints verl-style step lines, then exits.
 
-The lines look like verl's console logger behind Ray's actor prefix, including a numpy repr
-and a NaN, so the metric parser sees what a real job log holds. With --checkpoint-dir it
-checkpoints and resumes the way verl does (verl/utils/checkpoint/checkpoint_manager.py: a
-`global_step_<n>` directory per save and `latest_checkpointed_iteration.txt` naming the last;
-verl/trainer/ppo/ray_trainer.py _load_checkpoint with resume_mode=auto), printing verl's
-"Load from checkpoint folder" line when it resumes.
+What it prints and writes is the pinned verl's, from components/facts/verl.py: the phase lines,
+step lines (verl's console format behind Ray's actor prefix, with a numpy repr and a NaN, and
+`timing_s/step` on every training step), an optional validation before training (a step line of
+val-core/ keys only), and with --checkpoint-dir the checkpoint layout and the resume line
+(verl/trainer/ppo/v1/trainer_base.py _load_checkpoint with resume_mode=auto).
 """
 
 import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
-TRACKER = "latest_checkpointed_iteration.txt"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for its verl facts
+
+from components.facts import verl  # noqa: E402
+
+TRACKER = verl.CHECKPOINT_TRACKER
 
 
 def main() -> int:
@@ -29,31 +33,38 @@ def main() -> int:
     parser.add_argument("--print", dest="extra", default="", help="print this line first")
     parser.add_argument(
         "--all-metrics", action="store_true",
-        help="also print the step time and throughput keys the dashboard charts",
+        help="also print the throughput key the dashboard charts",
     )
+    parser.add_argument("--val-before-train", action="store_true",
+                        help="log a validation's step line before the first step, as verl does")
     parser.add_argument("--nan-reward-at", type=int, metavar="STEP", help="a NaN reward at STEP")
     args = parser.parse_args()
     if args.extra:
         print(args.extra, flush=True)
     _filler(args.log_mb)
-    # verl's phase lines before the first step (components/ray/protocol.py PHASES).
-    print(f"(TaskRunner pid={os.getpid()}) TaskRunner hostname: localhost, PID: {os.getpid()}",
+    actor = f"(TaskRunner pid={os.getpid()}) "
+    # verl's phase lines before the first step, through its logging handler's format.
+    data_loaded, workers_up = (marker for _, marker in verl.PHASES)
+    print(f"{actor}INFO:{time.strftime('%Y-%m-%d %H:%M:%S')}:{data_loaded} {args.steps}",
           flush=True)
-    print(f"(TaskRunner pid={os.getpid()}) Total training steps: {args.steps}", flush=True)
     start = _resume(args.checkpoint_dir)
+    print(f"{actor}INFO:{time.strftime('%Y-%m-%d %H:%M:%S')}:{workers_up}", flush=True)
+    if args.val_before_train:
+        time.sleep(args.sleep)
+        print(actor + verl.step_line(start, {"val-core/openai/gsm8k/acc/mean@1": 0.25}),
+              flush=True)
     for step in range(start + 1, args.steps + 1):
         time.sleep(args.sleep)
-        score = "nan" if step == args.nan_reward_at else f"{0.1 * step:.3f}"
-        extra = (
-            f" - timing_s/step:np.float64({10 + step / 2}) - perf/throughput:{1000.0 + 50 * step}"
-            if args.all_metrics else ""
-        )
-        print(
-            f"(TaskRunner pid={os.getpid()}) step:{step} - critic/score/mean:{score} - "
-            f"actor/lr:np.float64(1e-05) - response_length/mean:{100 + step} - "
-            f"timing_s/gen:nan{extra}",
-            flush=True,
-        )
+        metrics = {
+            "critic/score/mean": "nan" if step == args.nan_reward_at else f"{0.1 * step:.3f}",
+            "actor/lr": "np.float64(1e-05)",
+            "response_length/mean": 100 + step,
+            "timing_s/gen": "nan",
+            verl.TRAINING_STEP_KEY: f"np.float64({10 + step / 2})",
+        }
+        if args.all_metrics:
+            metrics["perf/throughput"] = 1000.0 + 50 * step
+        print(actor + verl.step_line(step, metrics), flush=True)
         if args.checkpoint_dir and step % args.save_freq == 0:
             _save(args.checkpoint_dir, step)
         if args.fail_once and step == args.fail_at and not os.path.exists(args.fail_once):
@@ -77,17 +88,19 @@ def _resume(directory: str | None) -> int:
         return 0
     tracker = os.path.join(directory, TRACKER)
     if not os.path.exists(tracker):
-        print("Training from scratch", flush=True)
+        print(verl.FROM_SCRATCH, flush=True)
         return 0
     with open(tracker) as file:
         step = int(file.read())
-    print(f"Load from checkpoint folder: {directory}/global_step_{step}", flush=True)
+    folder = os.path.join(directory, verl.CHECKPOINT_STEP_DIR.format(step))
+    print(verl.RESUMED.format(folder=folder, step=step), flush=True)
     return step
 
 
 def _save(directory: str, step: int) -> None:
     # verl saves the actor's shards under global_step_<n>/actor (what the model merger reads).
-    os.makedirs(os.path.join(directory, f"global_step_{step}", "actor"), exist_ok=True)
+    os.makedirs(os.path.join(directory, verl.CHECKPOINT_STEP_DIR.format(step),
+                             verl.CHECKPOINT_ACTOR_DIR), exist_ok=True)
     partial = os.path.join(directory, TRACKER + ".partial")
     with open(partial, "w") as file:
         file.write(str(step))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from components.facts import verl
 from components.ray.protocol import SETTLE_S
 
 INVARIANTS = {
@@ -31,12 +32,8 @@ INVARIANTS = {
     "up-reports": "up never reports a step, phase or metric that the current attempt did not "
                   "log",
 }
-# What up prints for each phase (protocol.PHASES' names) and the line of verl that marks it.
-PHASE_LINES = (
-    ("TaskRunner placed", "TaskRunner hostname:"),
-    ("loading the model and starting the rollout engine", "Total training steps:"),
-    ("workers and rollout engine up", ("Training from scratch", "Load from checkpoint")),
-)
+# What up prints for each phase (its name) and the text of verl's line that marks it.
+PHASE_LINES = verl.PHASES
 TICKS = 2
 # How an ended attempt counts: a preemption (the world's loss of a node its actors ran on failed
 # it), a failure (anything else: its own exit, a stop, a loss with the head), or either, when
@@ -281,12 +278,10 @@ class Observer:
             return
         current = self.attempts(run)[-1]
         logged = self.lines.get(current.serial, [])
-        for name, marks in PHASE_LINES:
-            marks = (marks,) if isinstance(marks, str) else marks
-            if text.startswith(name + " after") and not any(
-                    mark in seen for seen in logged for mark in marks):
+        for name, mark in PHASE_LINES:
+            if text.startswith(name + " after") and not any(mark in seen for seen in logged):
                 self.violate("up-reports", f"up printed {text!r} but attempt "
-                             f"{len(self.attempts(run)) - 1} logged no {marks[0]!r}")
+                             f"{len(self.attempts(run)) - 1} logged no {mark!r}")
         step = re.search(r"\bstep=(\d+)", text)
         if step and not any(f"step:{step.group(1)} " in seen for seen in logged):
             self.violate("up-reports", f"up printed {text!r} but attempt "

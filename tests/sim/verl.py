@@ -1,15 +1,16 @@
 """What a job's entrypoint does in the world: verl's training, the model export, the check.
 
-Training (volcengine/verl b178a3cd5, as tests/fakes/verl_trainer.py fakes it for the tests):
-the entrypoint first prunes old checkpoints with the program's own shell
-(components/schema/lifecycle.py prune_command, run here by bash on a directory that mirrors the
-bucket), then verl prints its phases (main_ppo.py:278 "TaskRunner hostname:",
-ray_trainer.py:384 "Total training steps:", :1014/:1026 "Training from scratch" / "Load from
-checkpoint folder"), resumes from the step the tracker names, and logs one `step:N - ...` line
-per step. Every SAVE_EVERY steps it saves `global_step_<n>/actor`, then its own window removes
-the actor directory of saves beyond `max_actor_ckpt_to_keep` (checkpoint_manager.py:159-172,
-fsdp_checkpoint_manager.py:362), and only then, after data.pt, writes the tracker
-(ray_trainer.py:958-995): a crash in between leaves the tracker on the previous step.
+Training (the pinned verl, whose lines and layout come from components/facts/verl.py, as
+tests/fakes/verl_trainer.py prints them for the tests): the entrypoint first prunes old
+checkpoints with the program's own shell (components/schema/lifecycle.py prune_command, run here
+by bash on a directory that mirrors the bucket), then verl logs its phases (verl.PHASES: the
+step count once the data is loaded, then the end of the workers' and the rollout engine's
+start), resumes from the step the tracker names (verl.RESUMED, or verl.FROM_SCRATCH), and logs
+one step line per training step. Every SAVE_EVERY steps it saves `global_step_<n>/actor`, then
+its own window removes the actor directory of saves beyond `max_actor_ckpt_to_keep`
+(verl/utils/checkpoint/checkpoint_manager.py:152-180 at the pin), and only then, after data.pt,
+writes the tracker (verl/trainer/ppo/v1/trainer_base.py:713-775): a crash in between leaves the
+tracker on the previous step.
 The export (verl.model_merger, tests/fakes/model_merger.py) reads the tracked step's `actor/`
 and fails if it is missing.
 The training's actors run on the GPU worker (tests/sim/ray_state.py lists them): the TaskRunner
@@ -28,17 +29,18 @@ import subprocess
 import tempfile
 from typing import Any
 
+from components.facts import verl
 from components.schema.lifecycle import prune_command
 from tests.sim.ray_state import GPUS
 
 STEP_S = 60.0  # one training step (the first comes STEP_S after the phases): scaled down
-PHASE_AT = (5.0, 15.0, 25.0)
+PHASE_AT = (15.0, 25.0)  # verl.PHASES
 SAVE_EVERY = 2
 TRACKER_AFTER_S = 20.0  # from a save's actor/ to its tracker write (data.pt in between)
 PLACE_RETRY_S = 5.0  # how often the world looks again for a worker to place the TaskRunner on
 EXPORT_S = 60.0
 CHECK_S = 30.0
-TRACKER = "latest_checkpointed_iteration.txt"
+TRACKER = verl.CHECKPOINT_TRACKER
 
 
 class Bucket:
@@ -135,25 +137,25 @@ class Training(Driver):
             self.at(PLACE_RETRY_S, self.place)
             return
         bucket = self.run_.bucket
-        self.log("(TaskRunner pid=1) TaskRunner hostname: worker, PID: 1")
-        self.at(PHASE_AT[1], lambda: self.log("(TaskRunner pid=1) Total training steps: "
-                                              f"{self.run_.total_steps}"))
+        (_, loaded), (_, up) = verl.PHASES
+        self.at(PHASE_AT[0], lambda: self.log(
+            f"(TaskRunner pid=1) INFO:sim:{loaded} {self.run_.total_steps}"))
         resume = bucket.tracker if bucket.tracked_ok() else None
-        if resume:
-            self.at(PHASE_AT[2], lambda: self.log(
-                f"(TaskRunner pid=1) Load from checkpoint folder: global_step_{resume}"))
-        else:
-            self.at(PHASE_AT[2], lambda: self.log("(TaskRunner pid=1) Training from scratch"))
+        found = (verl.RESUMED.format(folder=verl.CHECKPOINT_STEP_DIR.format(resume), step=resume)
+                 if resume else verl.FROM_SCRATCH)
+        self.at(PHASE_AT[1], lambda: self.log(f"(TaskRunner pid=1) INFO:sim:{found}"))
+        self.at(PHASE_AT[1], lambda: self.log(f"(TaskRunner pid=1) INFO:sim:{up}"))
         self.step = resume or 0
-        self.at(PHASE_AT[2] + STEP_S, self.next_step)
+        self.at(PHASE_AT[1] + STEP_S, self.next_step)
 
     def next_step(self) -> None:
         if self.mode == "hang":
             return
         self.step += 1
         step = self.step
-        self.log(f"(TaskRunner pid=1) step:{step} - critic/score/mean:{step / 100:.3f} - "
-                 f"actor/lr:np.float64(1e-05) - response_length/mean:{100 + step}")
+        self.log("(TaskRunner pid=1) " + verl.step_line(step, {
+            "critic/score/mean": f"{step / 100:.3f}", "actor/lr": "np.float64(1e-05)",
+            "response_length/mean": 100 + step, verl.TRAINING_STEP_KEY: STEP_S}))
         if step % SAVE_EVERY == 0:
             self.save(step)
         if step >= self.run_.total_steps:
@@ -181,7 +183,7 @@ class Training(Driver):
 
 class Export(Driver):
     connects = False  # verl.model_merger never calls ray.init (no `import ray` in
-    # verl/model_merger/ at b178a3cd5): its record's job_id stays null
+    # verl/model_merger/ at the pinned ref): its record's job_id stays null
 
     def __init__(self, world: Any, job: Any, run: Any) -> None:
         super().__init__(world, job)

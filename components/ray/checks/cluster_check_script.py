@@ -4,8 +4,10 @@
         --read-path /data/Qwen2.5-32B-Instruct
 
 1. inventory: on every node with GPUs, a task holding all of them reports torch's device count
-   and names (gloo: the nodes' GPU resources only, no CUDA); every node's task is submitted
-   before any is waited for, so the nodes start their GPU workers at the same time;
+   and names, the NVIDIA driver's version (nvidia-smi, from the driver GKE mounts) and which of
+   --modules the node's Python cannot import (gloo: the nodes' GPU resources only, no CUDA);
+   every node's task is submitted before any is waited for, so the nodes start their GPU
+   workers at the same time;
 2. all-reduce: one Ray actor per rank (nccl: one per GPU, all GPUs of the cluster; gloo: --ranks
    CPU ranks), torch.distributed over `--backend`, a --size-mb float32 tensor all-reduced
    --iters times after two warm-ups; bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n);
@@ -100,14 +102,27 @@ class Rank:
 
 
 @ray.remote
-def _devices() -> dict:
+def _devices(modules: list[str]) -> dict:
+    import importlib.util
+    import subprocess
+
     import torch
 
+    # Read before torch initialises CUDA: a driver too old for the image's CUDA shows no GPU.
+    smi = next((p for p in ("/usr/local/nvidia/bin/nvidia-smi", "/usr/bin/nvidia-smi")
+                if os.path.exists(p)), "nvidia-smi")
+    try:
+        driver = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=60).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        driver = []
     count = torch.cuda.device_count()
-    return {"gpus": count, "names": [torch.cuda.get_device_name(i) for i in range(count)]}
+    return {"gpus": count, "names": [torch.cuda.get_device_name(i) for i in range(count)],
+            "driver": driver[0] if driver else None,
+            "missing": [m for m in modules if importlib.util.find_spec(m) is None]}
 
 
-def inventory(backend: str, gpus_per_node: int) -> list[dict]:
+def inventory(backend: str, gpus_per_node: int, modules: list[str]) -> list[dict]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     found, pending = [], []
@@ -117,7 +132,7 @@ def inventory(backend: str, gpus_per_node: int) -> list[dict]:
         if backend == "nccl" and gpus:
             strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
             pending.append((entry, _devices.options(
-                num_gpus=gpus, scheduling_strategy=strategy).remote()))
+                num_gpus=gpus, scheduling_strategy=strategy).remote(modules)))
         if gpus or backend == "gloo":
             found.append(entry)
     # All nodes' tasks are in flight before the first result is awaited.
@@ -173,12 +188,14 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--read-path", required=True)
     parser.add_argument("--read-mb", type=int, default=4096)
+    parser.add_argument("--modules", default="", help="comma-separated: what must import")
     args = parser.parse_args()
     ray.init(address="auto", log_to_driver=False)
     world = args.nodes * args.gpus_per_node if args.backend == "nccl" else (args.ranks or 2)
     result = {
         "backend": args.backend,
-        "inventory": inventory(args.backend, args.gpus_per_node),
+        "inventory": inventory(args.backend, args.gpus_per_node,
+                               [m for m in args.modules.split(",") if m]),
         "allReduce": all_reduce(args.backend, world, args.size_mb, args.iters),
         "read": read_throughput(args.read_path, args.read_mb),
     }
