@@ -118,7 +118,8 @@ def test_bad_project_id_is_explained():
         ({"hfToken": ""}, "verl-gke:hfToken is not set"),
         ({"reservation": ""}, "verl-gke:reservation is not set"),
         ({"clusterMode": "autopilot"}, "Autopilot places GPU pods on Spot capacity"),
-        ({"clusterMode": "autopilot", "reservation": None, "provisioning": "flex-start"}, "would ignore them"),
+        ({"clusterMode": "autopilot", "reservation": None, "provisioning": "flex-start"},
+         "verl-gke:provisioning = 'flex-start' is set, but Autopilot"),
     ],
 )
 def test_cross_field_problems(changes, expected):
@@ -382,7 +383,7 @@ def test_a_stack_file_with_four_kinds_of_mistake_gets_all_four_in_one_plan(tmp_p
     assert invalid.startswith("verl-gke:deletionProtection = 'maybe' is invalid") and "use true or false" in invalid
     assert field.startswith("verl-gke:job.totalEpoch = 3 is not a setting of verl-gke:job: did you mean totalEpochs?")
     assert "`pulumi config set --path 'verl-gke:job.totalEpochs' 3`" in field
-    assert across.startswith("verl-gke:reservation / provisioning are set, but Autopilot")
+    assert across.startswith("verl-gke:reservation = 'my-reservation' is set, but Autopilot")
 
 
 @pytest.mark.parametrize("job, meant", [

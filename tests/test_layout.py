@@ -35,17 +35,6 @@ FLOORS: list[set[str]] = [
 # virtualenv with its own SDK pins, and reads plans, not the program (policy/README.md).
 ISOLATED = {"policy"}
 
-# Import circles another change is undoing; each named here until it is gone (then remove it:
-# the test fails while it names a circle that no longer exists).
-KNOWN_CIRCLES = {
-    # issue 37, circle 2: the run's config model shares its module with the functions that use
-    # the helpers, which name it back (most under TYPE_CHECKING); undone with run.py's split.
-    frozenset({"components.schema.run", "components.schema.run_checks",
-               "components.schema.run_identity", "components.schema.run_inputs",
-               "components.schema.run_sizing"}),
-}
-
-
 @lru_cache(maxsize=1)
 def _python_files() -> tuple[str, ...]:
     listed = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True,
@@ -157,12 +146,9 @@ def test_no_arrow_goes_up_or_sideways():
 
 
 def test_no_import_circle():
-    """No module reaches itself through the imports of others, except the circles another
-    change is undoing (KNOWN_CIRCLES), each of which must still exist to stay listed. (Before:
-    schema/config.py <-> config_checks.py, tools/config_diff.py <-> plan_diff.py.)"""
-    found = _circles(_graph())
-    assert found - KNOWN_CIRCLES == set(), "new import circle(s)"
-    assert KNOWN_CIRCLES - found == set(), "a known circle is gone: remove it from KNOWN_CIRCLES"
+    """No module reaches itself through the imports of others. (Before: schema/config.py <->
+    config_checks.py, tools/config_diff.py <-> plan_diff.py, schema/run.py <-> its run_*.py.)"""
+    assert _circles(_graph()) == set()
 
 
 def test_circles_are_found():
@@ -171,21 +157,18 @@ def test_circles_are_found():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": set()}) == set()
 
 
-# Python files outside tests/ over the limit, until split (the same rule: remove when gone).
 LINE_LIMIT = 500
-KNOWN_LONG = {"components/schema/run.py"}  # issue 37: split with the run's config model
 
 
 def test_no_python_file_outside_tests_is_over_500_lines():
-    """A file over LINE_LIMIT lines is split by concern (KNOWN_LONG: being split elsewhere,
-    listed only while it is still long). Before: tools/plan.py 511, ray/supervisor.py 504."""
-    long = {
+    """A file over LINE_LIMIT lines is split by concern. (Before: schema/run.py 606, tools/plan.py
+    511, ray/supervisor.py 504.)"""
+    long = sorted(
         path for path in _python_files()
         if not path.startswith("tests/")
         and len((ROOT / path).read_text().splitlines()) > LINE_LIMIT
-    }
-    assert long - KNOWN_LONG == set()
-    assert KNOWN_LONG - long == set(), "a known long file is short now: remove it from KNOWN_LONG"
+    )
+    assert long == []
 
 
 def test_the_design_doc_gives_every_room_its_floor():

@@ -90,7 +90,7 @@ def test_a_renamed_projects_errors_name_its_own_keys(renamed):
     assert f"{NAME}:job.totalEpoch = 3 is not a setting of {NAME}:job: did you mean totalEpochs?" in text
     assert f"`pulumi config set --path '{NAME}:job.totalEpochs' 3`" in text
     assert f"{NAME}:job.runName='Not_A_Name'" in text  # run.py's validator
-    assert f"{NAME}:reservation / provisioning are set, but Autopilot" in text
+    assert f"{NAME}:reservation = 'my-reservation' is set, but Autopilot" in text
     assert f"verl-gke:gpuNodes is a key of the project verl-gke, but this project is {NAME}" in text
     assert f"`pulumi config set {NAME}:gpuNodes" in text
     assert "verl-gke:" not in text.replace("verl-gke:gpuNodes", "")

@@ -8,6 +8,7 @@ import json
 import shlex
 from pathlib import Path
 
+import pyarrow.parquet as parquet
 import pytest
 
 from components.facts import pins
@@ -17,6 +18,7 @@ from components.schema.run import GrpoRunConfig, entrypoint, run_dir_name, run_i
 from components.storage import model_staging
 from components.storage.staging import stage
 from tests.test_config import load, problems
+from tests.test_experiment_checks import verl_rows
 
 A4 = profile("a4")
 BUCKET = "my-verl-bucket"
@@ -31,8 +33,9 @@ def _experiment(root: Path) -> Path:
     """A working directory as a user would have it: a reward file, data, and a .git to skip."""
     (root / "data").mkdir(parents=True)
     (root / "reward.py").write_text(REWARD)
-    (root / "data" / "train.parquet").write_bytes(b"PAR1 train")
-    (root / "data" / "test.parquet").write_bytes(b"PAR1 test")
+    # Real parquet in verl's format: the plan reads each file's schema (tests/test_experiment_checks.py).
+    parquet.write_table(verl_rows(rows=4), root / "data" / "train.parquet")
+    parquet.write_table(verl_rows(rows=2), root / "data" / "test.parquet")
     (root / ".git").mkdir()
     (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     return root

@@ -46,6 +46,40 @@ REWARD_FUNCTION_NAME = "reward.custom_reward_function.name"
 # reward.py:75 asserts a name whenever a path is set; the reward group's own default
 # (verl/trainer/config/reward/reward.yaml:13) is compute_score.
 DEFAULT_REWARD_FUNCTION_NAME = "compute_score"
+# How verl calls the reward function: by keyword only, once per response, with these four
+# names (verl/experimental/reward_loop/reward_manager/naive.py:67-83, the reward manager the
+# reward group selects, verl/trainer/config/reward/reward.yaml:19), plus any
+# `reward.custom_reward_function.reward_kwargs` (verl/trainer/ppo/reward.py:82-86). It may be
+# `async def` (naive.py:30) and return a number or a dict with `score` (:89-95).
+REWARD_CALL_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
+REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"
+# Where verl's default reward picks a scorer by the row's data_source and raises
+# NotImplementedError for any other (verl/utils/reward_score/__init__.py:44-107); the values it
+# knows are read from that file at the ref by tools/vendor_verl.py, into
+# third_party/verl/reward_data_sources.json.
+REWARD_DATA_SOURCES_FILE = "third_party/verl/reward_data_sources.json"
+# Keys that replace the reward manager verl's default reward runs in (reward.yaml:16-23, read
+# by reward.py:89-108): with one set, the data_source rule above is no longer verl's only one.
+REWARD_MANAGER_KEYS = ("reward.reward_manager", "reward.reward_model")
+
+# --- What verl's RL dataset reads of each row -------------------------------------------------
+# RLHFDataset reads a data file by its suffix with `datasets.load_dataset` (parquet, or json for
+# .json/.jsonl) and refuses any other (verl/utils/dataset/rl_dataset.py:171-178).
+DATA_FILE_SUFFIXES = (".parquet", ".json", ".jsonl")
+# The prompt: a list of chat messages, each a dict with `role` and `content`, under
+# `data.prompt_key` (verl/trainer/config/data/legacy_data.yaml:27, rl_dataset.py:108, :299-330
+# `_build_messages`).
+PROMPT_KEY = ("data.prompt_key", "prompt")
+CHAT_MESSAGE_FIELDS = ("role", "content")
+# The reward's inputs, read by hard-coded keys (naive.py:42-44): the row's `data_source` and
+# `reward_model["ground_truth"]`, and `extra_info` if present (a dict; a missing or null one
+# becomes {}, rl_dataset.py:400-401).
+DATA_SOURCE_COLUMN = "data_source"
+GROUND_TRUTH_COLUMN = ("reward_model", "ground_truth")
+EXTRA_INFO_COLUMN = "extra_info"
+# A dataset class of the user's own replaces RLHFDataset (rl_dataset.py:578-588): the columns
+# are then its business.
+CUSTOM_DATASET_KEY = "data.custom_cls.path"
 # Config groups that compose at the ref but that main_ppo never reads, each with the group that
 # replaced it: an override under one of them would be accepted and ignored.
 IGNORED_GROUPS = {"custom_reward_function": "reward.custom_reward_function"}

@@ -8,7 +8,9 @@ ConfigError naming the key to change and the fix; nothing has been created when 
 - the GKE version a new cluster gets (components/preflight/gke_version.py).
 - capacity.py: the reservation exists and fits, or the preemptible GPU quota does; and the
   region's C2 CPU quota holds the Standard cluster's system pool.
-- bucket.py: an existing bucket under the stack's name is adopted, if it can be this stack's.
+- bucket.py: an existing bucket under the stack's name is adopted, if it can be this stack's;
+  the run's files in it (a gs:// working directory or file, a /data/... file of the user's)
+  exist, and its reward file defines the function verl calls.
 
 Every read whose arguments the config already gives is issued in one round, all in flight
 together; only what depends on an answer (a reservation block, an existing bucket's details)
@@ -22,12 +24,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pulumi
+
 from components.preflight import gke_version
 from components.preflight import apis, bucket, capacity
 from components.preflight.bucket import ExistingBucket, adoption_problems
 from components.preflight.reads import together
 from components.schema.config import ConfigError, StackConfig
 from components.schema.pulumi_forms import Key
+from components.schema.run_experiment import image_warnings, job_key
 
 # What each read of the first round asks, as a failure message names it ({key} under the
 # project's name when it is shown).
@@ -85,6 +90,10 @@ def run(config: StackConfig) -> Preflight:
     existing = bucket.find_bucket(answers["buckets"], config.project, config.bucket)
     if existing is not None:
         problems += adoption_problems(existing, config)
+    brought, warnings = bucket.brought_problems(config, existing)
+    problems += brought
+    for warning in [*warnings, *image_warnings(config.run, job_key)]:
+        pulumi.log.warn(warning)
     if problems:
         raise ConfigError(problems)
     return Preflight(gke_version=choice.alias if choice else "", bucket=existing)

@@ -17,7 +17,7 @@ import pulumi
 from components.facts import pins
 from components.facts.hardware import PROFILES, Arch, HardwareProfile, NodeNetworking
 from components.schema.choices import ClusterMode
-from components.schema.run_inputs import floating_tag
+from components.schema.image_refs import floating_tag
 
 
 
@@ -142,7 +142,7 @@ def problems(args: VerlRayClusterArgs) -> list[str]:
         )
     found += _network_problems(args)
     found += _head_selector_problems(args)
-    # The same rule as verl-gke:job.image's (components/schema/run_inputs.py).
+    # The same rule as verl-gke:job.image's (components/schema/image_refs.py).
     if floating_tag(args.image_ref):
         found.append(
             f"image = {args.image_ref!r} has a floating tag: pin a tag that names one build "

@@ -22,6 +22,7 @@ from components.schema.choices import Capacity
 from components.schema.observability import observability_problems
 from components.schema.pulumi_forms import namespace
 from components.schema.run import brought_problems, run_problems
+from components.schema.run_experiment import experiment_problems, job_key
 from components.schema.staging import staging_problems
 
 if TYPE_CHECKING:
@@ -59,9 +60,13 @@ def cross_field_problems(config: StackConfig) -> list[str]:
             "bucket you filled yourself"
         )
     problems += tracker_problems(config)
-    if not nodes_problem:  # the run's checks divide by the GPU count
+    # The run's checks divide by the GPU count, so they need at least one node; a count out of
+    # range but positive is the user's, and the run's problems with it are reported in the same
+    # round (the TP and the batch are checked against it, not held back: RE-10).
+    if config.nodes >= 1:
         problems += run_problems(config.run, config.hardware, config.nodes)
     problems += brought_problems(config.run, config.bucket)
+    problems += experiment_problems(config.run, config.bucket, job_key)
     problems += staging_problems(config.staging)
     problems += observability_problems(config)
     return problems
@@ -158,11 +163,18 @@ def _capacity_problems(config: StackConfig) -> list[str]:
     hw = config.hardware
     reservation_set = bool(config.reservation)
     if config.autopilot:
-        if reservation_set or config.provisioning is not Capacity.RESERVATION:
+        # Each message names only the keys that are set (RE-11): provisioning's default is
+        # reservation, so it is set when it is anything else.
+        set_keys = [f"{namespace()}:reservation = {quoted(config.reservation)}"] if reservation_set else []
+        if config.provisioning is not Capacity.RESERVATION:
+            set_keys.append(f"{namespace()}:provisioning = {config.provisioning.value!r}")
+        if set_keys:
+            them = "them" if len(set_keys) > 1 else "it"
             return [
-                f"{namespace()}:reservation / provisioning are set, but Autopilot places GPU pods "
-                "on Spot capacity it manages itself (the tutorial's compute class) and would "
-                f"ignore them: remove them, or set {namespace()}:clusterMode to standard to use them"
+                f"{' and '.join(set_keys)} {'are' if len(set_keys) > 1 else 'is'} set, but "
+                "Autopilot places GPU pods on Spot capacity it manages itself (the tutorial's "
+                f"compute class) and would ignore {them}: remove {them}, or set "
+                f"{namespace()}:clusterMode to standard to use {them}"
             ]
         return []
     problems = []

@@ -19,7 +19,7 @@ from components.schema.run_memory import MemoryPlan, Offload, fits, shortfalls
 from components.schema.run_sizing import divisors, shard_groups, tp_choices
 
 if TYPE_CHECKING:
-    from components.schema.run import GrpoRunConfig
+    from components.schema.run_config import GrpoRunConfig
 
 CONFIG_KEY = Key("job")  # `<project>:job`, under the project's name
 

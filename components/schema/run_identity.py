@@ -17,7 +17,7 @@ from components.facts.hardware import HardwareProfile
 from components.schema.lifecycle import RunLifecycle
 
 if TYPE_CHECKING:
-    from components.schema.run import GrpoRunConfig
+    from components.schema.run_config import GrpoRunConfig
 
 # The reference policy in bf16: verl builds it with ref.fsdp_config, whose model_dtype is fp32
 # in the composed config (verl/trainer/config/engine/fsdp.yaml:33 at the pinned ref; the engine

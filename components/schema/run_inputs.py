@@ -1,7 +1,6 @@
 """What a user brings to a run: the training image, a working directory, data and a reward.
 
-- `job.image`: a tag or a digest, refused when the tag floats (`latest`, or none), as the pinned
-  image is (components/ray/ray_cluster_args.py applies the same rule to whatever it is given);
+- `job.image`: a tag or a digest, refused when the tag floats (components/schema/image_refs.py);
   __main__.py pulls it through the stack's Docker Hub mirror like the pinned one.
 - `job.workingDir`: a local directory, uploaded to `gs://<bucket>/workdirs/<digest>/` (the
   digest of its files' names and contents, so an unchanged directory names the same objects and
@@ -26,7 +25,7 @@ from components.facts.layout import DATA_MOUNT
 from components.messages import quoted
 
 if TYPE_CHECKING:
-    from components.schema.run import GrpoRunConfig
+    from components.schema.run_config import GrpoRunConfig
 
 # Where uploaded working directories go in the bucket: one prefix per content digest.
 WORKDIR_SUBPATH = "workdirs"
@@ -41,39 +40,6 @@ DIGEST_HEX = 16
 PATH_FIELDS = ("model_path", "train_files", "val_files", "reward_function_path")
 
 _GS = re.compile(r"^gs://(?P<bucket>[^/]+)(?:/(?P<path>.*))?$")
-
-
-# Tags that name a branch or a channel, not a build: they move with every push, as `latest`
-# does (a word of the tag, between `.`, `_` or `-`: `vllm023.dev1` is not `dev`).
-FLOATING_TAG_WORDS = (
-    "latest", "nightly", "main", "master", "dev", "develop", "edge", "stable", "unstable",
-    "canary", "rolling",
-)
-_FLOATING = re.compile(rf"(^|[._-])({'|'.join(FLOATING_TAG_WORDS)})($|[._-])", re.IGNORECASE)
-
-
-def floating_tag(image: str) -> bool:
-    """True when the reference names no fixed build: no tag, or a moving tag (`latest`,
-    `nightly`, `main`, ...)."""
-    if "@sha256:" in image:
-        return False
-    last = image.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return True  # no tag means `latest`
-    tag = last.split(":", 1)[1]
-    return _FLOATING.search(tag) is not None
-
-
-def image_problem(key: str, image: str) -> str | None:
-    if not image or any(c.isspace() for c in image):
-        return f"{key}={quoted(image)} is not an image reference: use e.g. verlai/verl:vllm023.dev1"
-    if floating_tag(image):
-        return (
-            f"{key}={quoted(image)} has a floating tag (none, or one that "
-            "moves, such as latest, nightly or main): a restarted pod could train on another build. Pin a tag that names one build (e.g. "
-            "verlai/verl:vllm023.dev1) or a digest (<image>@sha256:<64 hex>)"
-        )
-    return None
 
 
 def is_gs(value: str) -> bool:

@@ -28,7 +28,7 @@ from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.schema.run_memory import MemoryPlan, Offload, fits, vllm_need_gib
 
 if TYPE_CHECKING:
-    from components.schema.run import GrpoRunConfig
+    from components.schema.run_config import GrpoRunConfig
 
 # The tutorial's batch: 256 prompts x 8 responses = 2048 samples, 128 per GPU on its clusters.
 BASE_TRAIN_BATCH = 256
