@@ -425,28 +425,7 @@ pulumi.export(
         ),
     },
 )
-pulumi.export(
-    "job",
-    {
-        "submissionId": job.submission_id,
-        "status": job.status,
-        "startTime": job.start_time,
-        "endTime": job.end_time,
-        "dashboardPath": job.dashboard_path,
-        "entrypoint": job.entrypoint,
-        "metrics": job.metrics,
-        "checkpointUri": job.checkpoint_uri,
-        "runDir": job.run_dir,
-        "modelUri": job.model_uri,
-        "exportStatus": job.export_status,
-        "attempts": job.attempts,
-        "failures": job.failures,
-        "preemptions": job.preemptions,
-        "lastFailure": job.last_failure,
-        "state": job.state,
-        "firstStepSeconds": job.first_step_s,
-    },
-)
+pulumi.export("job", job.outputs())  # components/ray/job_outputs.py
 pulumi.export(
     "clusterCheck",
     {

@@ -1,6 +1,6 @@
 """`make diff`'s renders: a fresh interpreter's against one forked from the render server.
 
-    python -m bench.diff_bench [--stack a4] [--warm 3]
+    python -m bench.diff_bench [--stack a4] [--warm 3] [--smoke]
 
 A fresh `python -m tools.plan` pays for importing the SDKs every time; tools/render_fork.py
 pays for it once (the first render, cold, and the server importing what it loaded), then forks
@@ -9,6 +9,7 @@ disturbs far less than wall time): the fresh render from getrusage of the child,
 its forked renders from /proc/<server>/stat (utime, stime; cutime, cstime of the renders it has
 waited for), so Linux only. Target: a warm forked render costs at most 0.3x a fresh one, i.e.
 the SDK import (about 80 % of a fresh render: bench/plan_bench.py) is not paid again.
+`--smoke`: one warm render (`make test` runs it, tests/test_bench.py).
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ def main(argv: list[str] | None = None) -> float:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stack", default="a4")
     parser.add_argument("--warm", type=int, default=3, help="warm renders, one at a time")
+    parser.add_argument("--smoke", action="store_true", help="--warm 1 (make test)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.warm = 1
     with tempfile.TemporaryDirectory() as out:
         fresh = measure([sys.executable, "-m", "tools.plan", "--stack", args.stack, "--quiet", "--out", out], ROOT)
         request = RenderRequest(ROOT, args.stack, Path(out))

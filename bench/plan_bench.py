@@ -1,6 +1,6 @@
 """Offline-plan time against the floor of merely importing the SDK modules the program uses.
 
-    python -m bench.plan_bench [--stack a4] [--repeat 5] [--tree PATH]
+    python -m bench.plan_bench [--stack a4] [--repeat 5] [--tree PATH] [--smoke]
 
 Both are timed as fresh interpreters (what `make plan` costs a user). The floor imports exactly
 the third-party modules a plan run ends up with in `sys.modules` (pulumi_gcp and
@@ -19,7 +19,8 @@ our modules from source, about 0.1 s CPU that no second `make plan` of a user pa
 floor's modules come byte-compiled from the venv (the Makefile runs compileall on it).
 
 `--tree` times another checkout's `tools.plan` (e.g. `git archive <ref> | tar -x -C /tmp/base`)
-with this interpreter, for a before/after comparison on the same machine.
+with this interpreter, for a before/after comparison on the same machine. `--smoke` times one
+of each (`make test` runs it, tests/test_bench.py, so that the benchmark cannot rot unseen).
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--stack", default="a4")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose plan is timed")
+    parser.add_argument("--smoke", action="store_true", help="--repeat 1 (make test)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.repeat = 1
     with tempfile.TemporaryDirectory() as out:
         plan_cmd = [sys.executable, "-m", "tools.plan", "--stack", args.stack, "--quiet", "--out", out]
         modules = sdk_modules(args.stack, out, args.tree)

@@ -30,7 +30,7 @@ def program(request):
     return stack, mode, inputs, recording
 
 
-# The directory where the session's one Ray head is recorded (tests/local_ray.py shared_head).
+# The directory where the session's one Ray head is recorded (tools/local_ray.py shared_head).
 # The first pytest process creates it (the xdist controller, or a run without xdist), and its
 # workers, started after pytest_configure, inherit the variable.
 RAY_SHARE_ENV = "VERL_GKE_TEST_RAY_SHARE"
@@ -50,7 +50,7 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     share = config.stash.get(_RAY_SHARE, None)
     if share is not None:
-        from tests.local_ray import stop_shared
+        from tools.local_ray import stop_shared
 
         stop_shared(share)
         shutil.rmtree(share, ignore_errors=True)
@@ -63,7 +63,7 @@ def shared_ray_head():
     worker: the training log patterns and curve, the job provider and its lifecycle, the
     supervisor, the cluster check, the metrics. Starting a head costs ~8 s and ~15 CPU-s;
     each test uses its own submission ids and resource names, and reads only its own jobs."""
-    from tests.local_ray import shared_head
+    from tools.local_ray import shared_head
 
     return shared_head(Path(os.environ[RAY_SHARE_ENV]))
 

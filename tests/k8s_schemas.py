@@ -1,9 +1,10 @@
 """Validate rendered Kubernetes objects against the schemas the API server would apply.
 
 Core kinds go through kubernetes-validate in strict mode (unknown fields are errors). Custom
-resources go through the real upstream CRD schemas in ../shared/schemas/crds/, once more with
-`additionalProperties: false` added to every object schema that lists properties, because the API
-server prunes unknown fields silently and a typo would otherwise vanish without a trace.
+resources go through the real upstream CRD schemas kept in tests/schemas/crds/ (its README
+names each file's repository and commit), once more with `additionalProperties: false` added to
+every object schema that lists properties, because the API server prunes unknown fields silently
+and a typo would otherwise vanish without a trace.
 """
 
 from __future__ import annotations
@@ -15,38 +16,27 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
-import pytest
 import yaml
 
-# The GKE minor the program creates clusters at today (components/cluster/gke_version.py asks
+# The GKE minor the program creates clusters at today (components/preflight/gke_version.py asks
 # GKE; the mock runtime answers 1.34, tools/mockrun.py). Objects are validated against that
 # minor's published schemas.
 KUBERNETES_VERSION = "1.34.0"
 
-CRD_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "schemas" / "crds"
-# CRDs kept in this repository (tests/schemas/crds/README.md says where each comes from).
-LOCAL_CRD_DIR = Path(__file__).resolve().parent / "schemas" / "crds"
-_LOCAL_CRD_FILES = {
-    ("monitoring.googleapis.com", "PodMonitoring"): "monitoring.googleapis.com_podmonitorings.yaml",
-}
-
-_CRD_FILES = {
+# The CRDs, in the project (tests/schemas/crds/README.md says where each comes from).
+CRD_DIR = Path(__file__).resolve().parent / "schemas" / "crds"
+CRD_FILES = {
     ("ray.io", "RayCluster"): "ray.io_rayclusters.yaml",
     ("resource.nvidia.com", "ComputeDomain"): "resource.nvidia.com_computedomains.yaml",
     ("networking.gke.io", "GKENetworkParamSet"): "networking.gke.io_gkenetworkparamsets.yaml",
     ("networking.gke.io", "Network"): "networking.gke.io_networks.yaml",
+    ("monitoring.googleapis.com", "PodMonitoring"): "monitoring.googleapis.com_podmonitorings.yaml",
 }
 
 
 def is_custom(obj: dict[str, Any]) -> bool:
     group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
-    return (group, obj["kind"]) in _CRD_FILES or (group, obj["kind"]) in _LOCAL_CRD_FILES
-
-
-def require_crds() -> None:
-    """Skip (with the reason printed) when the shared CRD folder is not beside the clone."""
-    if not CRD_DIR.is_dir():
-        pytest.skip(f"CRD schemas not found at {CRD_DIR}: custom resources not validated")
+    return (group, obj["kind"]) in CRD_FILES
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,11 +50,7 @@ def _served_versions(path: Path) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=None)
 def crd_schema(group: str, kind: str, version: str, closed: bool) -> dict[str, Any]:
-    if (group, kind) in _LOCAL_CRD_FILES:
-        path = LOCAL_CRD_DIR / _LOCAL_CRD_FILES[(group, kind)]
-    else:
-        path = CRD_DIR / _CRD_FILES[(group, kind)]
-    served = _served_versions(path)
+    served = _served_versions(CRD_DIR / CRD_FILES[(group, kind)])
     if version not in served:
         raise AssertionError(f"{kind} has no version {version}; CRD serves {sorted(served)}")
     schema = copy.deepcopy(served[version]["schema"]["openAPIV3Schema"])
@@ -95,7 +81,6 @@ def _without_server_fields(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_custom(obj: dict[str, Any]) -> None:
-    require_crds()
     group, version = obj["apiVersion"].split("/")
     for closed in (False, True):
         schema = crd_schema(group, obj["kind"], version, closed)

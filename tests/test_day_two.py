@@ -9,7 +9,7 @@
 
 The engine-side facts these tests rely on are cited where the code uses them:
 components/options.py (fixed_name), components/guards.py, components/preflight.py,
-components/cluster/gke_version.py.
+components/preflight/gke_version.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The steady-state replay (tests/test_steady_state.py) sees an unchanged config against an
 unchanged cloud. These cases change the cloud or the program under a deployed stack and replay
-the next `up` through the same machinery (tools/readback.py, tools/plan_diff.py) plus models of
+the next `up` through the same machinery (tools/readback.py, tools/plan_report.py) plus models of
 the two engine pieces that decide the Kubernetes provider's fate:
 
 - pulumi-kubernetes DiffConfig (`_kubernetes_provider_replaced`, tests/test_steady_state.py);
@@ -25,7 +25,7 @@ from components.cluster.kubeconfig import cluster_identifier
 from tests.test_steady_state import (
     K8S_PROVIDER, _active_cluster, _after_create, _kubernetes_provider_replaced,
 )
-from tools import mockrun, plan, plan_diff
+from tools import mockrun, plan, plan_diff, plan_report
 
 STASH = "pulumi:index:Stash"
 CLUSTER = "gcp:container/cluster:Cluster"
@@ -116,7 +116,7 @@ def test_a_credential_rotation_replaces_neither_the_provider_nor_anything_in_the
         for r in after:
             if r["type"] == K8S_PROVIDER:
                 r["inputs"]["clusterIdentifier"] = new_config["clusterIdentifier"]
-        assert [(c.kind, c.name) for c in plan_diff.resource_changes(
+        assert [(c.kind, c.name) for c in plan_report.resource_changes(
             _after_create(before), after, plan_diff.pickled_providers(rotated))] == []
 
 
@@ -156,7 +156,7 @@ def test_the_first_up_with_the_stash_leaves_the_provider_as_it_is(monkeypatch):
     new_config = _next_provider_config(None, upgraded)
     assert new_config == old_config
     assert not _kubernetes_provider_replaced(old_config, new_config)
-    changes = plan_diff.resource_changes(
+    changes = plan_report.resource_changes(
         _after_create(before), after, plan_diff.pickled_providers(upgraded))
     assert [(c.kind, c.type) for c in changes] == [("add", STASH)]
     assert stash["options"]["ignoreChanges"] == ["input"]

@@ -7,7 +7,7 @@ chart (v1.7.0), so its RayCluster carries the strategy and is updated in place; 
 add-on (a4, a3u) runs a KubeRay of unknown version, so there the RayCluster is replaced, delete
 first. On every target the run is replaced with the pods (its `ray_pods` input), stopped first,
 resuming from its checkpoints when its config did not change. Each case renders two plans
-and compares them with tools/plan_diff.py (`make diff`), the run judged by its own provider.
+and compares them with tools/plan_report.py (`make diff`), the run judged by its own provider.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from components.ray import ray_cluster_spec, verl_ray_cluster
 from tests.k8s_schemas import validate_custom
-from tools import plan, plan_diff
+from tools import plan, plan_diff, plan_report
 
 RAY_CLUSTER = "kubernetes:ray.io/v1:RayCluster"
 RUN = "pulumi-python:dynamic/verl-gke:GrpoRun"
@@ -30,12 +30,12 @@ def _plan(stack: str, overrides: dict | None = None):
     return plan.plan_document(stack, inputs, recording)["resources"], plan_diff.pickled_providers(recording)
 
 
-def _changes(stack: str, before: list[dict], after: list[dict], providers: dict) -> dict[str, plan_diff.Change]:
-    changes = plan_diff.resource_changes(before, after, providers)
+def _changes(stack: str, before: list[dict], after: list[dict], providers: dict) -> dict[str, plan_report.Change]:
+    changes = plan_report.resource_changes(before, after, providers)
     return {c.type: c for c in changes if c.type in (RAY_CLUSTER, RUN)}
 
 
-def _reasons(change: plan_diff.Change) -> set[str]:
+def _reasons(change: plan_report.Change) -> set[str]:
     return {why for *_, why in change.fields if why}
 
 

@@ -26,7 +26,7 @@ from components.ray.grpo_job import GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RequestPolicy
 from components.schema.run import export_command
 from tests.engine import Engine
-from tests.local_ray import list_jobs
+from tools.local_ray import list_jobs
 from tests.tcp_proxy import tcp_proxy
 
 FAKES = Path(__file__).parent / "fakes"

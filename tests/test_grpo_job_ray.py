@@ -25,7 +25,7 @@ from pulumi.dynamic.dynamic import serialize_provider
 from components.ray import grpo_job, protocol
 from components.ray.grpo_job import GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RayUnreachable, RequestPolicy
-from tests.local_ray import free_port, list_jobs
+from tools.local_ray import free_port, list_jobs
 
 FAKES = Path(__file__).parent / "fakes"
 TRAINER = f"{sys.executable} {FAKES / 'verl_trainer.py'}"

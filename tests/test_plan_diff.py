@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tools import force_new, mockrun, plan_diff, render_fork
+from tools import force_new, plan_diff, plan_report, render_fork
+from tools.mockrun import PROJECT_SERVICE
 from tools.plan import ROOT
 from tools.render_plans import RenderRequest
 
@@ -55,7 +56,7 @@ def three_stacks(tmp_path_factory):
     sections = {stack: report[report.index(f"### `{stack}`"):] for stack in STACKS}
     for before, after in zip(STACKS, STACKS[1:]):
         sections[before] = sections[before][:sections[before].index(f"### `{after}`")]
-    changes = {c.name: c for c in plan_diff.resource_changes(olds, news, providers)}
+    changes = {c.name: c for c in plan_report.resource_changes(olds, news, providers)}
     return report, failed, sections, changes, scratch
 
 
@@ -166,21 +167,26 @@ def test_two_real_commits_show_the_day_two_renames(day_two):
     assert "- `clusterName`: \"verl\" → \"verl-a4\"" in report
 
 
+def _files(directory: Path) -> dict[str, bytes | None]:
+    """A render's files, every byte: renders are stable (tools/plan.py sorts what the program
+    registers concurrently), so any two runs of this tree's program write the same plan.json,
+    manifests.yaml and providers.json (its pickles exactly)."""
+    names = ("plan.json", "manifests.yaml", plan_diff.PROVIDERS_FILE)
+    return {name: (directory / name).read_bytes() if (directory / name).exists() else None
+            for name in names}
+
+
 def _canonical(directory: Path) -> dict[str, Any]:
-    """A render's files as they must agree between any two runs of the same program: every
-    byte, except what the program itself leaves to chance. Two fresh interpreters already differ
-    there: independent resources register concurrently (the mock monitor is called from a
-    thread pool), so plan.json's resource order and manifests.yaml's document order vary, and
-    the plan keeps the last of several answers to one invoke (getProjectService, asked once per
-    API). So: each resource's and each document's exact text, as sorted lists; everything else
-    of plan.json exactly; providers.json's pickles exactly."""
+    """A render of a commit from before stable renders, as two runs of it must agree: two fresh
+    interpreters differed in plan.json's resource order and manifests.yaml's document order
+    (independent resources register concurrently), and the plan kept the last of several
+    answers to one invoke (getProjectService, asked once per API). So: each resource's and each
+    document's exact text, as sorted lists; everything else of plan.json exactly."""
     plan_document = json.loads((directory / "plan.json").read_text())
     resources = sorted(json.dumps(r) for r in plan_document.pop("resources"))
-    plan_document["exampleValues"].pop(f"invoke:{mockrun.PROJECT_SERVICE}", None)
+    plan_document["exampleValues"].pop(f"invoke:{PROJECT_SERVICE}", None)
     documents = sorted((directory / "manifests.yaml").read_text().rstrip("\n").split("\n---\n"))
-    providers = directory / plan_diff.PROVIDERS_FILE
-    return {"plan": plan_document, "resources": resources, "documents": documents,
-            "providers": json.loads(providers.read_text()) if providers.exists() else None}
+    return {"plan": plan_document, "resources": resources, "documents": documents}
 
 
 def test_a_forked_render_is_the_fresh_interpreters_render(three_stacks, day_two, tmp_path):
@@ -196,7 +202,7 @@ def test_a_forked_render_is_the_fresh_interpreters_render(three_stacks, day_two,
     fresh = render_fork.run_all([head.own(), old.plain(), failing.plain()], fresh=True)
     forked_failing = render_fork.run_all([failing.plain()])[0]
     assert [done.returncode for done in fresh] == [0, 0, 2]
-    assert _canonical(scratch / "plans-head" / "a4") == _canonical(tmp_path / "head" / "a4")
+    assert _files(scratch / "plans-head" / "a4") == _files(tmp_path / "head" / "a4")
     assert _canonical(day_two[2] / "plans-base" / "a4") == _canonical(tmp_path / "old" / "a4")
     assert (forked_failing.returncode, forked_failing.stderr) == (2, fresh[2].stderr)
 
@@ -265,10 +271,10 @@ def test_the_force_new_table_maps_plan_paths_onto_provider_fields(type_, path, e
 def test_the_pr_comment_carries_its_marker_and_fits_githubs_limit():
     """The workflow finds its own comment by the marker; a huge diff is cut below 65,536
     characters without leaving a code block open, and says where the whole diff is."""
-    small = plan_diff.pr_comment("## Offline plan diff\n\nNo changes.")
-    assert small.startswith(plan_diff.COMMENT_MARKER + "\n## Offline plan diff")
-    huge = plan_diff.pr_comment("```diff\n" + "+ line\n" * 20000 + "```")
-    assert len(huge) <= plan_diff.COMMENT_LIMIT
+    small = plan_report.pr_comment("## Offline plan diff\n\nNo changes.")
+    assert small.startswith(plan_report.COMMENT_MARKER + "\n## Offline plan diff")
+    huge = plan_report.pr_comment("```diff\n" + "+ line\n" * 20000 + "```")
+    assert len(huge) <= plan_report.COMMENT_LIMIT
     assert huge.count("```") % 2 == 0 and huge.rstrip().endswith("the job summary has the whole diff._")
 
 
@@ -281,7 +287,7 @@ def test_new_dependencies_or_options_alone_are_engine_only_changes():
              "type": "kubernetes:core/v1:PersistentVolumeClaim", "inputs": {"spec": {}}, "options": {},
              "dependsOn": []}
     later = {**claim, "dependsOn": [pool["urn"]], "options": {"protect": True}}
-    [change] = plan_diff.resource_changes([pool, claim], [pool, later])
+    [change] = plan_report.resource_changes([pool, claim], [pool, later])
     assert change.kind == "engine"
     assert change.fields == [("options.protect", None, True, None),
                              ("dependsOn (removed → added)", [], ["gpu-pool"], None)]
@@ -298,8 +304,8 @@ def test_components_are_not_listed_even_from_plans_that_did_not_mark_them():
               "type": "kubernetes:core/v1:Secret", "inputs": {}, "options": {}}
     head = [{**component, "dependsOn": ["x"], "custom": False}, {**manifest, "custom": False},
             {**secret, "custom": True}]
-    assert plan_diff.resource_changes([component, manifest, secret], head) == []
-    assert [c.name for c in plan_diff.resource_changes([], [component, manifest, secret])] == ["s"]
+    assert plan_report.resource_changes([component, manifest, secret], head) == []
+    assert [c.name for c in plan_report.resource_changes([], [component, manifest, secret])] == ["s"]
 
 
 def test_every_stack_file_is_a_stack_with_its_autopilot_mode_where_the_target_has_one(tmp_path):
@@ -322,7 +328,7 @@ def test_a_guards_record_change_is_an_update_by_its_own_diff(three_stacks):
     [guard] = [r for r in json.loads((head / "plan.json").read_text())["resources"]
                if r["type"].endswith("DeletionProtection")]
     older = {**guard, "inputs": {**guard["inputs"], "protected": False}}
-    [change] = plan_diff.resource_changes([older], [guard], providers)
+    [change] = plan_report.resource_changes([older], [guard], providers)
     assert change.kind == "update" and change.by_provider and not change.delete_first
 
 
@@ -334,7 +340,7 @@ def test_a_resource_renamed_with_an_alias_is_neither_deleted_nor_created():
            "custom": True, "inputs": {"protected": True}, "options": {}}
     new = {**old, "urn": old["urn"].replace("::deletion-protection", "::to-destroy"), "name": "to-destroy",
            "options": {"aliases": [{"name": "deletion-protection"}]}}
-    [change] = plan_diff.resource_changes([old], [new])
+    [change] = plan_report.resource_changes([old], [new])
     assert change.kind == "engine" and change.fields == [
         ("options.aliases", None, [{"name": "deletion-protection"}], None)]
 

@@ -1,6 +1,6 @@
 """Preemptions on a real Ray: a GPU worker node lost mid-run, as a reclaimed spot VM goes.
 
-One private cluster for the module (tests/local_ray.py start_cluster): a head without GPUs and
+One private cluster for the module (tools/local_ray.py start_cluster): a head without GPUs and
 worker nodes with logical GPUs, on which tests/fakes/gpu_trainer.py places its worker actor
 while its driver stays on the head. The scenario runs once, in two module fixtures, and the
 tests read what it left:
@@ -36,7 +36,7 @@ from components.ray.job_provider import GrpoJobProvider
 from components.ray.protocol import Submission
 from components.ray.ray_access import FixedDashboard, RayJobs
 from components.ray.supervisor_io import RayHttp
-from tests import local_ray
+from tools import local_ray
 from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeRay
 from tests.sim.ray_state import Gcs

@@ -37,7 +37,7 @@ def test_every_resource_belongs_to_a_component_and_is_named_after_it(program):
     components = {r.urn: r for r in recording.resources if r.type.startswith("verl-gke:index:")}
     assert components, "no components registered"
     for r in recording.resources:
-        parent = plan._parent(r.parent)
+        parent = plan.parent_urn(r.parent)
         if parent is None:
             continue
         owner = recording.by_urn(parent)
@@ -54,8 +54,8 @@ def test_every_core_kubernetes_object_validates_strictly(program):
 
 
 def test_every_custom_resource_validates_against_its_real_crd(program):
-    """RayCluster, ComputeDomain and GKE network objects pass their upstream CRD schemas, with
-    unknown fields forbidden (skipped, with the reason, where ../shared/schemas is absent)."""
+    """RayCluster, ComputeDomain, GKE network objects and PodMonitoring pass their upstream CRD
+    schemas (kept in tests/schemas/crds/), with unknown fields forbidden."""
     _, _, _, recording = program
     custom = [o for o in recording.kubernetes_objects() if k8s_schemas.is_custom(o)]
     assert custom

@@ -35,7 +35,7 @@ from components.guards import BucketIdentityProvider, moves
 from components.ray import cluster_check, job_provider
 from components.ray.grpo_job import deterministic_id
 from components.ray.protocol import attempt_id
-from tests.local_ray import list_jobs
+from tools.local_ray import list_jobs
 from tests.provider_process import (
     DIFF_SOME,
     ROOT,

@@ -1,5 +1,5 @@
-"""The test heads' worker launcher (tests/ray_site/sitecustomize.py) does what Ray's does, and
-their dashboard loads the modules tests/local_ray.py names, and only those.
+"""The test heads' worker launcher (tools/ray_site/sitecustomize.py) does what Ray's does, and
+their dashboard loads the modules tools/local_ray.py names, and only those.
 
 Each case runs Ray's own setup_worker.py (as its `__main__`, with os.execvp caught) and the
 launcher on the same command line, and compares what each would exec and the environment it
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ray_site import sitecustomize as launcher
+from tools.ray_site import sitecustomize as launcher
 
 # Found, not imported: collecting this file in every xdist worker should not cost an `import ray`.
 RAY = Path(importlib.util.find_spec("ray").submodule_search_locations[0])
@@ -145,7 +145,7 @@ def test_the_test_heads_dashboard_runs_the_modules_it_was_given(shared_ray_head)
     `ray-dashboard-<module>-0`), exactly the subprocess modules local_ray names: the trim is in
     effect, and none the program needs is missing. (NodeHead, JobHead and StateHead are all
     subprocess modules in Ray 2.47.0.)"""
-    from tests import local_ray
+    from tools import local_ray
 
     head = local_ray._descendants(shared_ray_head.pid)
     # A process that is exiting (a job's worker) has an empty command line.

@@ -2,7 +2,7 @@
 
 The state each provider records right after the first `up` (tools/readback.py: what it drops,
 normalises or fills in, with sources) is replayed against the same program's inputs through
-tools/plan_diff.py, the replace and update logic of `make diff`, including the dynamic
+tools/plan_report.py, the replace and update logic of `make diff`, including the dynamic
 providers' own diff(). Nothing may be replaced or updated.
 """
 
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import STACK_MODES, rendered
-from tools import plan, plan_diff, readback
+from tools import plan, plan_diff, plan_report, readback
 
 CLUSTER = "gcp:container/cluster:Cluster"
 DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
@@ -36,8 +36,8 @@ def _after_create(resources: list[dict]) -> list[dict]:
     return [readback.state_after_create(r) if r["custom"] else r for r in resources]
 
 
-def _second_up(resources: list[dict], providers: dict[str, str]) -> list[plan_diff.Change]:
-    return plan_diff.resource_changes(_after_create(resources), resources, providers)
+def _second_up(resources: list[dict], providers: dict[str, str]) -> list[plan_report.Change]:
+    return plan_report.resource_changes(_after_create(resources), resources, providers)
 
 
 @pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=IDS)
@@ -85,7 +85,7 @@ def test_the_replay_asks_the_runs_own_provider():
     states = _after_create(resources)
     [run] = [r for r in states if r["type"] == RUN]
     run["inputs"]["status"] = "FAILED"
-    [change] = [c for c in plan_diff.resource_changes(states, resources, providers) if c.type == RUN]
+    [change] = [c for c in plan_report.resource_changes(states, resources, providers) if c.type == RUN]
     assert change.kind == "update" and change.by_provider
 
 
@@ -166,7 +166,7 @@ def test_the_dns_only_cluster_rests_on_the_providers_suppression_of_enable_priva
     states = _after_create(resources)
     [state] = [s for s in states if s["type"] == CLUSTER]
     readback._set(state["inputs"], rule.path, rule.read(None))
-    [change] = [c for c in plan_diff.resource_changes(states, resources, providers) if c.type == CLUSTER]
+    [change] = [c for c in plan_report.resource_changes(states, resources, providers) if c.type == CLUSTER]
     assert (change.kind, [f[0] for f in change.fields]) == ("update", [rule.path])
 
 
@@ -197,7 +197,7 @@ def test_the_two_step_upgrade_updates_in_place_and_replaces_nothing():
         (before, step_1, old_provider, step_1_provider, [CLUSTER, K8S_PROVIDER]),
         (step_1, step_2, step_1_provider, step_2_provider, [CLUSTER]),
     ):
-        changes = plan_diff.resource_changes(_after_create(olds), news, providers)
+        changes = plan_report.resource_changes(_after_create(olds), news, providers)
         assert sorted((c.kind, c.type) for c in changes) == [("update", t) for t in changed]
         assert not _kubernetes_provider_replaced(old_config, new_config)
     assert _active_cluster(step_1_provider["kubeconfig"]) == _active_cluster(old_provider["kubeconfig"])
@@ -212,7 +212,7 @@ def test_the_two_step_upgrade_updates_in_place_and_replaces_nothing():
             olds["access"]["kubeconfig"] = step_1_provider["kubeconfig"]
             news = copy.deepcopy(r["inputs"])
             news["access"]["kubeconfig"] = step_2_provider["kubeconfig"]
-            judged = plan_diff.provider_diff(providers[r["urn"]], f"{r['name']}-id", olds, news)
+            judged = plan_report.provider_diff(providers[r["urn"]], f"{r['name']}-id", olds, news)
             assert (r["type"], judged.changes, judged.replaces) == (r["type"], True, ())
     assert sorted(judged_types) == [
         "pulumi-python:dynamic/verl-gke:ClusterCheckRun", "pulumi-python:dynamic/verl-gke:GrpoRun",

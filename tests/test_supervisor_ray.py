@@ -25,7 +25,7 @@ from components.ray.job_provider import PROVIDER_VERSION, GrpoJobProvider
 from components.ray.ray_access import RayAccessError, RequestPolicy
 from components.schema.run import export_command
 from tests.fakes.cluster import FileCluster
-from tests.local_ray import list_jobs
+from tools.local_ray import list_jobs
 
 FAKES = Path(__file__).parent / "fakes"
 TRAINER = f"{sys.executable} {FAKES / 'verl_trainer.py'}"

@@ -134,13 +134,13 @@ def test_the_plan_of_a_run_with_its_own_image_workdir_data_and_reward(planned):
 def test_the_second_up_of_such_a_run_changes_nothing(planned):
     """Steady state with a working directory: the uploaded objects read back as sent
     (tools/readback.py), so an unchanged stack and directory replace and update nothing."""
-    from tools import plan, plan_diff, readback
+    from tools import plan, plan_diff, plan_report, readback
 
     _, inputs, recording = planned
     resources = plan.plan_document("a4", inputs, recording)["resources"]
     assert OBJECT in {r["type"] for r in resources}
     after = [readback.state_after_create(r) if r["custom"] else r for r in resources]
-    changes = plan_diff.resource_changes(after, resources, plan_diff.pickled_providers(recording))
+    changes = plan_report.resource_changes(after, resources, plan_diff.pickled_providers(recording))
     assert [(c.kind, c.name) for c in changes] == []
 
 

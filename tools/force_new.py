@@ -17,7 +17,7 @@ Read from the providers' own source, not guessed:
 - Kubernetes: pulumi-kubernetes provider/pkg/provider/diff.go (`forceNew`, commit cafe8c4ac4),
   with the provider's defaults (enableSecretMutable and enableConfigMapMutable off: a Secret's or
   ConfigMap's data is replaced, not patched). metadata.name and .namespace replace every kind.
-- This program's dynamic providers are not listed: tools/plan_diff.py asks their own `diff()`,
+- This program's dynamic providers are not listed: tools/plan_report.py asks their own `diff()`,
   unpickled from the plan (a hand-kept copy of their rules would drift).
 """
 

@@ -24,6 +24,8 @@ import asyncio
 import copy
 import difflib
 import hashlib
+import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,6 +302,8 @@ class FakeCloud(pulumi_mocks.Mocks):
         self.project = project
         self.invokes = {**EXAMPLE_INVOKES, **(invokes or {})}
         self.answered: dict[str, Any] = {}
+        self._several: dict[str, list[Any]] = {}  # the distinct answers of each token, as given
+        self._lock = threading.Lock()  # invokes are answered from the monitor's thread pool
         # Seconds to wait before answering an invoke, by token (bench/preflight_bench.py).
         self.invoke_delay = invoke_delay or {}
 
@@ -343,13 +347,24 @@ class FakeCloud(pulumi_mocks.Mocks):
             }
         return {}
 
+    def _keep(self, token: str, answer: Any) -> None:
+        """`answered[token]`: the answer, or every distinct answer sorted where one token was
+        answered differently (a function of its arguments: getProjectService, once per API).
+        Invokes run concurrently, so "the last answer" was a different one from run to run."""
+        with self._lock:
+            several = self._several.setdefault(token, [])
+            if answer not in several:
+                several.append(answer)
+            self.answered[token] = several[0] if len(several) == 1 else sorted(
+                several, key=lambda a: json.dumps(a, sort_keys=True))
+
     def call(self, args: pulumi_mocks.MockCallArgs):
         if args.token in self.invoke_delay:
             time.sleep(self.invoke_delay[args.token])
         if args.token in self.invokes:
             answer = self.invokes[args.token]
             answer = copy.deepcopy(answer(args.args) if callable(answer) else answer)
-            self.answered[args.token] = answer
+            self._keep(args.token, answer)
             return answer
         if args.token == "gcp:organizations/getProject:getProject":
             project_id = args.args.get("projectId") or self.project

@@ -4,9 +4,9 @@
 
 Reads Pulumi.yaml and Pulumi.<stack>.yaml as the Pulumi CLI would (project defaults, then the
 stack's values), fills site facts the stack file leaves unset with clearly fake example values,
-runs __main__.py, and writes:
+runs __main__.py, and writes (tools/plan_artifacts.py, byte-stable):
   build/<stack>/plan.json       {"stack", "project", "exampleValues", "resources", "outputs"}
-  build/<stack>/manifests.yaml  every Kubernetes object, in creation order
+  build/<stack>/manifests.yaml  every Kubernetes object
 Secret values appear only as "[secret]". A config error prints the problems and exits 2; a
 problem that quotes one of the example values says so (the user did not type it).
 `--config-file` reads another stack file in place of Pulumi.<stack>.yaml, as the CLI's flag does.
@@ -20,7 +20,6 @@ import gc
 import json
 import runpy
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,19 @@ import yaml
 from components.facts.hardware import profile
 from components.messages import quoted
 from components.schema import pulumi_forms
-from tools import cli, mockrun
+from tools import cli, mockrun, plan_artifacts
+# What a render is written as, re-exported: the plan's public face for the tools and tests.
+from tools.plan_artifacts import (  # noqa: F401
+    DYNAMIC_PROVIDER_KEY,
+    StackInputs,
+    by_urn,
+    parent_urn,
+    example_values,
+    kubernetes_objects,
+    manifests_text,
+    plan_json,
+    tree_lines,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # Where `Pulumi.<stack>.yaml` files are looked up: None for the project's directory (ROOT), as
@@ -53,14 +64,8 @@ EXAMPLE_VALUES: dict[str, str] = {
 EXAMPLE_SECRETS: dict[str, str] = {
     "hfToken": "hf_EXAMPLE_NOT_A_REAL_TOKEN",
 }
-DYNAMIC_PROVIDER_KEY = "__provider"
 
 
-@dataclass
-class StackInputs:
-    config: dict[str, str]
-    secret_keys: list[str]
-    example_keys: list[str] = field(default_factory=list)
 
 
 class StackFileError(cli.UsageError):
@@ -279,8 +284,23 @@ def stack_inputs(
             f"Stack '{stack}' is missing configuration values: {', '.join(sorted(missing))}; "
             "set them with `pulumi config set <key> <value>`"
             + "".join(f"; {twin}" for twin in set_twins)
+            + _template_keys_hint(path, ns, missing, config)
         )
     return inputs
+
+
+def _template_keys_hint(path: Path, ns: str, missing: list[str], config: dict[str, str]) -> str:
+    """Where a project renamed from the template (`pulumi new` with another name) meets a
+    shipped stack file, whose keys are `verl-gke:...`: the command that renames them all."""
+    template = pulumi_forms.TEMPLATE_PROJECT
+    if ns == template or not any(f"{template}:{key.partition(':')[2]}" in config for key in missing):
+        return ""
+    return (
+        f"; {path.name} is written for the project {template} (`{template}:target`), but this "
+        f"project is {ns} (Pulumi.yaml's `name:`), which reads `{ns}:<key>`: rename its keys, "
+        f"`sed -i.bak 's/{template}:/{ns}:/g' {path.name}` (the shipped "
+        "Pulumi.a4.yaml, Pulumi.a3u.yaml and Pulumi.a4x.yaml are all written so)"
+    )
 
 
 def provider_twins(ns: str) -> dict[str, str]:
@@ -373,81 +393,39 @@ def note_examples(problem: str, inputs: StackInputs) -> str:
     return problem + "".join(f" (note: {note})" for note in notes)
 
 
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
 def plan_document(stack: str, inputs: StackInputs, recording: mockrun.Recording) -> dict[str, Any]:
-    return {
-        "stack": stack,
-        "project": project_name(),
-        "exampleValues": example_values(inputs, recording),
-        "resources": [
-            {
-                "urn": r.urn,
-                "type": r.type,
-                "name": r.name,
-                "parent": _parent(r.parent),
-                # False for component resources: the engine creates and deletes nothing for them.
-                "custom": r.custom,
-                "inputs": _plan_inputs(r),
-                "options": r.options.as_plan(),
-                # What the engine orders `up` and `destroy` by, besides the parent: explicit
-                # depends_on, and the resources each input's value comes from.
-                "dependsOn": sorted(r.depends_on),
-                "inputsFrom": {k: sorted(v) for k, v in sorted(r.input_dependencies.items())},
-            }
-            for r in recording.resources
-        ],
-        "outputs": recording.plain_outputs(),
-    }
+    """plan.json's document of one render of `stack` (tools/plan_artifacts.py)."""
+    return plan_artifacts.plan_document(stack, project_name(), inputs, recording)
 
 
-def example_values(inputs: StackInputs, recording: mockrun.Recording) -> dict[str, Any]:
-    """Config the stack file leaves unset, and what the mocks answered the program's invokes
-    (`invoke:<token>`): everything the plan rests on that a real project would say otherwise."""
-    values: dict[str, Any] = {
-        k: "[secret]" if k in inputs.secret_keys else inputs.config[k] for k in inputs.example_keys
-    }
-    values.update({f"invoke:{token}": answer for token, answer in recording.invokes.items()})
-    return values
-
-
-def _parent(urn: str | None) -> str | None:
-    return None if urn is None or urn.split("::")[-2].endswith("pulumi:pulumi:Stack") else urn
-
-
-def _plan_inputs(resource: mockrun.Registered) -> dict[str, Any]:
-    inputs = resource.plain_inputs
-    if DYNAMIC_PROVIDER_KEY in inputs:
-        # The pickled provider is code, not a setting; show what it is instead of its bytes.
-        inputs[DYNAMIC_PROVIDER_KEY] = "[pickled dynamic provider]"
-    return inputs
-
-
-# libyaml's emitter (PyYAML's C binding, in every PyYAML wheel) when present: the same documents
-# in a tenth of the time of the pure-Python one (a4's 33 objects: 0.07 s -> 0.006 s CPU). The two
-# fold long strings at different points, so the text of manifests.yaml is not a contract: it
-# loads to the same objects, and `make diff` compares those, re-dumped one by one
-# (tools/plan_diff.py `_objects`).
-_MANIFEST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-def manifests_text(objects: list[dict[str, Any]]) -> str:
-    """manifests.yaml: each object one YAML document, keys in the order the program set them."""
-    return yaml.dump_all(objects, Dumper=_MANIFEST_DUMPER, sort_keys=False)
-
-
-def tree_lines(recording: mockrun.Recording) -> list[str]:
-    """`pulumi preview`-like lines: type and name, indented by parent."""
-    children: dict[str | None, list[mockrun.Registered]] = {}
-    for r in recording.resources:
-        children.setdefault(_parent(r.parent), []).append(r)
-    lines: list[str] = []
-
-    def walk(parent: str | None, depth: int) -> None:
-        for r in children.get(parent, []):
-            lines.append(f"{'    ' * depth}+ {r.type:<55} {r.name}")
-            walk(r.urn, depth + 1)
-
-    walk(None, 1)
-    return lines
+def write_artifacts(
+    directory: Path, stack: str, inputs: StackInputs, recording: mockrun.Recording
+) -> list[dict[str, Any]]:
+    """plan.json and manifests.yaml of one render into `directory`; the Kubernetes objects."""
+    return plan_artifacts.write_artifacts(
+        directory, plan_document(stack, inputs, recording), recording)
 
 
 def write_plan(
@@ -472,12 +450,7 @@ def write_plan(
         print(str(error), file=sys.stderr)
         return 2
     target = out / (stack if not mode else f"{stack}-{mode}")
-    target.mkdir(parents=True, exist_ok=True)
-    (target / "plan.json").write_text(
-        json.dumps(plan_document(stack, inputs, recording), indent=2) + "\n"
-    )
-    objects = recording.kubernetes_objects()
-    (target / "manifests.yaml").write_text(manifests_text(objects))
+    objects = write_artifacts(target, stack, inputs, recording)
     if not quiet:
         print(f"Previewing update ({stack}, offline, Pulumi mock runtime):\n")
         print(f"    + pulumi:pulumi:Stack{'':<36} {project_name()}-{stack}")

@@ -7,7 +7,7 @@ default, or the object changed under it, as the cluster's removed default pool d
 diff is not empty, and a ForceNew field turns it into a replacement on every later `up`. This
 module is the one place that knows those differences, per resource type of the plan, each
 with its provider source; `state_after_create` applies them, and tests/test_steady_state.py
-replays the result through tools/plan_diff.py (the logic of `make diff`) for every stack and
+replays the result through tools/plan_report.py (the logic of `make diff`) for every stack and
 mode. A type of the plan without an entry here fails that test: a new resource type comes
 with its read-back rules.
 

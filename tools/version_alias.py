@@ -3,7 +3,7 @@
 The cluster ignores changes to `minMasterVersion` (components/cluster/gke_cluster.py
 ignored_inputs), and the engine copies an ignored input's stored value into the new inputs
 (pulumi/pulumi pkg/resource/deploy/step_generator.go processIgnoreChanges). A stack whose first
-`up` predates components/cluster/gke_version.py's alias stores a patch (`1.34.3-gke.1051000`)
+`up` predates components/preflight/gke_version.py's alias stores a patch (`1.34.3-gke.1051000`)
 and keeps sending it; a later replacement of the cluster would ask GKE for that patch as
 `initialClusterVersion` (terraform-provider-google-beta @93c65b2d60
 resource_container_cluster.go:3203) after GKE has retired it. This rewrites the stored value to
@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.cluster.gke_version import minor
+from components.preflight.gke_version import minor
 from tools import cli
 
 CLUSTER = "gcp:container/cluster:Cluster"

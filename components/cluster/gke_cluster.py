@@ -57,7 +57,7 @@ class GkeClusterArgs:
     cluster_name: str
     autopilot: bool
     # The version a new cluster starts at: the minor alias (`1.34`) of what GKE offers today
-    # (components/cluster/gke_version.py); the release channel upgrades it afterwards.
+    # (components/preflight/gke_version.py); the release channel upgrades it afterwards.
     version: str
     # GKE's deletion protection, and Pulumi's `protect` on the cluster: both on by default.
     deletion_protection: bool

@@ -5,7 +5,7 @@ pull-request preview already says what would fail. Every problem is reported tog
 ConfigError naming the key to change and the fix; nothing has been created when it is raised.
 
 - apis.py: the Google APIs the stack uses are enabled.
-- the GKE version a new cluster gets (components/cluster/gke_version.py).
+- the GKE version a new cluster gets (components/preflight/gke_version.py).
 - capacity.py: the reservation exists and fits, or the preemptible GPU quota does; and the
   region's C2 CPU quota holds the Standard cluster's system pool.
 - bucket.py: an existing bucket under the stack's name is adopted, if it can be this stack's;
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.cluster import gke_version
+from components.preflight import gke_version
 from components.preflight import apis, bucket, capacity
 from components.preflight.bucket import ExistingBucket, adoption_problems
 from components.preflight.reads import together

@@ -25,6 +25,7 @@ from components.facts.hardware import HardwareProfile
 from components.facts.layout import DASHBOARD_PORT
 from components.options import child_options
 from components.ray import export
+from components.ray.job_outputs import COMPONENT, JOB_OUTPUTS
 # Re-exported: the ClusterCheck, tools/curve.py and tools/force_new.py use them from here.
 from components.ray.job_provider import (  # noqa: F401
     OUTPUT_KEYS,
@@ -89,7 +90,8 @@ class GrpoJobArgs:
 
 
 class GrpoJob(pulumi.ComponentResource):
-    """The GRPO training run on the stack's RayCluster. Outputs are Ray's view of the job."""
+    """The GRPO training run on the stack's RayCluster. Outputs are Ray's view of the job, one
+    attribute each of components/ray/job_outputs.py JOB_OUTPUTS (typed here)."""
 
     submission_id: pulumi.Output[str]
     status: pulumi.Output[str]
@@ -162,42 +164,16 @@ class GrpoJob(pulumi.ComponentResource):
         self.supervision_spec["export"] = {
             "entrypoint": inputs["export_entrypoint"], "resources": inputs["export_resources"],
         } if exporting else None
-        self.submission_id = job.submission_id
-        self.status = job.status
-        self.start_time = job.start_time
-        self.end_time = job.end_time
-        self.dashboard_path = job.dashboard_path
-        self.checkpoint_uri = job.checkpoint_uri
-        self.run_dir = run_dir
-        self.model_uri = job.model_uri
-        self.export_status = job.export_status
-        self.entrypoint = job.entrypoint
-        self.metrics = job.metrics
-        self.attempts = job.attempts
-        self.failures = job.failures
-        self.preemptions = job.preemptions
-        self.last_failure = job.last_failure
-        self.state = job.state
-        self.first_step_s = job.first_step_s
-        self.register_outputs({
-            "submissionId": self.submission_id,
-            "status": self.status,
-            "startTime": self.start_time,
-            "endTime": self.end_time,
-            "dashboardPath": self.dashboard_path,
-            "checkpointUri": self.checkpoint_uri,
-            "runDir": self.run_dir,
-            "modelUri": self.model_uri,
-            "exportStatus": self.export_status,
-            "entrypoint": self.entrypoint,
-            "metrics": self.metrics,
-            "attempts": self.attempts,
-            "failures": self.failures,
-            "preemptions": self.preemptions,
-            "lastFailure": self.last_failure,
-            "state": self.state,
-            "firstStepSeconds": self.first_step_s,
-        })
+        computed = {"run_dir": run_dir}
+        for output in JOB_OUTPUTS:
+            value = computed[output.name] if output.source == COMPONENT else getattr(job, output.name)
+            setattr(self, output.name, value)
+        self.register_outputs(self.outputs())
+
+    def outputs(self) -> dict[str, Any]:
+        """Every output by its camelCase name (components/ray/job_outputs.py): what the
+        component registers, and the stack's `job` output."""
+        return {output.key: getattr(self, output.name) for output in JOB_OUTPUTS}
 
 
 def _validate(args: GrpoJobArgs) -> None:
@@ -265,28 +241,9 @@ def access_inputs(
 
 
 class _GrpoRun(dynamic.Resource, module="verl-gke", name="GrpoRun"):
-    """The dynamic resource; a subclass because the SDK's mocks reject a bare dynamic.Resource."""
-
-    submission_id: pulumi.Output[str]
-    entrypoint: pulumi.Output[str]
-    checkpoint_uri: pulumi.Output[str]
-    model_uri: pulumi.Output[str | None]
-    export_status: pulumi.Output[str | None]
-    status: pulumi.Output[str]
-    message: pulumi.Output[str]
-    start_time: pulumi.Output[str | None]
-    end_time: pulumi.Output[str | None]
-    dashboard_path: pulumi.Output[str]
-    metrics: pulumi.Output[dict[str, float]]
-    attempts: pulumi.Output[int | None]
-    failures: pulumi.Output[int | None]
-    preemptions: pulumi.Output[int | None]
-    last_failure: pulumi.Output[str | None]
-    state: pulumi.Output[str | None]
-    first_step_s: pulumi.Output[float | None]
+    """The dynamic resource; a subclass because the SDK's mocks reject a bare dynamic.Resource.
+    Its properties (each an Output attribute) are its inputs and the provider's OUTPUT_KEYS."""
 
     def __init__(self, name: str, inputs: dict[str, Any], opts: pulumi.ResourceOptions) -> None:
         outputs = dict.fromkeys(OUTPUT_KEYS)
         super().__init__(GrpoJobProvider(), name, {**outputs, **inputs}, opts)
-
-

@@ -42,6 +42,7 @@ import pulumi.dynamic as dynamic
 from components import unknowns
 from components.ray import attempts, export, protocol
 from components.ray.following import Progress, iso, log_tail, poll, short, tail_metrics
+from components.ray.job_outputs import PROVIDER_OUTPUTS
 from components.ray.kube import gate, open_cluster
 from components.ray.protocol import (
     RECORD_KEY, RESUBMITTABLE, SUBMITTED_KEY, TERMINAL, last_metrics,
@@ -80,10 +81,7 @@ UPDATE_KEYS = (
     "job_state",
 )
 INPUT_KEYS = (*REPLACE_KEYS, *UPDATE_KEYS)
-OUTPUT_KEYS = (
-    "status", "message", "start_time", "end_time", "dashboard_path", "metrics", "export_status",
-    "attempts", "failures", "preemptions", "last_failure", "state", "first_step_s",
-)
+OUTPUT_KEYS = PROVIDER_OUTPUTS  # what the provider computes (components/ray/job_outputs.py)
 # What check appends to a refresh's finding, so that the preview reads
 # `jobState: "FAILED at step 12" => "FAILED at step 12; resubmitting"`, or
 # `"SUCCEEDED, model not exported" => "SUCCEEDED, model not exported; exporting"`.

@@ -2,14 +2,15 @@
 
 A CronJob runs components/ray/supervisor.py every SUPERVISOR_PERIOD_MINUTES with
 `concurrencyPolicy: Forbid` (one tick at a time, a long tick delays the next) and a Job
-`backoffLimit: 0` (a failed tick is simply followed by the next). Its code (supervisor.py, its
-I/O supervisor_io.py, and protocol.py, the rules it shares with the provider) and the run's
-spec are in one ConfigMap; what it did is in a second ConfigMap, under a key only it writes
-(the job's provider writes its mark under another, protocol.MARK_KEY; Pulumi creates the
-ConfigMap empty and never reads its data back as a change). Its service account may read and
-merge-patch the state ConfigMap and patch (not read) the one RayCluster, in this namespace only
-(a Role, not a ClusterRole). It reaches the Ray dashboard through the head Service, which the
-head's NetworkPolicy opens to pods of the namespace; nothing is exposed outside it.
+`backoffLimit: 0` (a failed tick is simply followed by the next). Its code (supervisor.py,
+supervisor_end.py, what it does after the run, its I/O supervisor_io.py, and protocol.py, the
+rules it shares with the provider) and the run's spec are in one ConfigMap; what it did is in a
+second ConfigMap, under a key only it writes (the job's provider writes its mark under another,
+protocol.MARK_KEY; Pulumi creates the ConfigMap empty and never reads its data back as a change).
+Its service account may read and merge-patch the state ConfigMap and patch (not read) the one
+RayCluster, in this namespace only (a Role, not a ClusterRole). It reaches the Ray dashboard
+through the head Service, which the head's NetworkPolicy opens to pods of the namespace; nothing
+is exposed outside it.
 
 Why not KubeRay's RayJob: on an existing RayCluster (`clusterSelector`) it cannot retry
 (rejected since 1.6.0), its deadline leaves the Ray job running, it never releases anything and
@@ -41,11 +42,13 @@ from components.schema.lifecycle import SUPERVISOR_PERIOD_MINUTES, RunLifecycle
 
 _ROOT = Path(__file__).resolve().parent.parent.parent
 # The files the supervisor's pod runs, as `python -m components.ray.supervisor` in /app, each
-# at its path in the project (namespace packages: no __init__.py is needed): the supervisor, its
-# I/O, the protocol it shares with the provider, and the verl facts the protocol reads the job
-# log with. ConfigMap keys cannot hold a '/', so each is keyed by its file name.
+# at its path in the project (namespace packages: no __init__.py is needed): the supervisor, what
+# it does after the run, its I/O, the protocol it shares with the provider, and the verl facts
+# the protocol reads the job log with. ConfigMap keys cannot hold a '/', so each is keyed by its
+# file name.
 CODE_PATHS = ("components/ray/protocol.py", "components/ray/supervisor.py",
-              "components/ray/supervisor_io.py", "components/facts/verl.py")
+              "components/ray/supervisor_end.py", "components/ray/supervisor_io.py",
+              "components/facts/verl.py")
 CODE = {path.rsplit("/", 1)[1]: _ROOT / path for path in CODE_PATHS}
 APP_DIR = "/app"
 SPEC_FILE = "run.json"

@@ -26,7 +26,7 @@ from components.schema.run_experiment import experiment_problems, job_key
 from components.schema.staging import staging_problems
 
 if TYPE_CHECKING:
-    from components.schema.config import StackConfig
+    from components.schema.stack_config import StackConfig
 
 
 def cross_field_problems(config: StackConfig) -> list[str]:

@@ -1,7 +1,7 @@
 """Stand-in for a verl run whose workers are Ray actors on GPU nodes (tests/test_preemption_ray.py).
 
 Like verl's driver, it connects to the job's Ray with `ray.init()` and runs its steps on a worker
-actor that asks for a GPU; a test head has none (tests/local_ray.py starts it with
+actor that asks for a GPU; a test head has none (tools/local_ray.py starts it with
 --num-gpus=0), so the actor lands on a worker node that has one, and the driver stays on the
 head (Ray runs an entrypoint without entrypoint resources on the head node, ray-2.47.0
 dashboard/modules/job/job_manager.py _get_scheduling_strategy). Each step is a call to that

@@ -8,7 +8,7 @@ setup_worker.py (ray/_private/workers/setup_worker.py, Ray 2.47.0) imports Ray, 
 to set the context's variables and exec `bash -c "exec <python> default_worker.py <args>"`
 (ray/_private/runtime_env/context.py `RuntimeEnvContext.exec_worker`, with
 ray/_private/utils.py `update_envs`); the worker then imports Ray again. That is ~40% of the CPU
-of every job a test submits. tests/local_ray.py puts this directory on a test head's PYTHONPATH,
+of every job a test submits. tools/local_ray.py puts this directory on a test head's PYTHONPATH,
 so Python imports this module at start-up (the `site` module) in every process of the head.
 
 In a setup_worker process whose context holds nothing but these fields, it does the same as Ray's
@@ -18,7 +18,7 @@ tests/test_ray_launcher.py holds it to Ray's code: the same command and the same
 and it fails when Ray's context gains a field (which would send every worker back to Ray's path).
 
 In Ray's dashboard.py process it adds `--modules-to-load=<the modules named by the variable
-DASHBOARD_MODULES_VARIABLE, which tests/local_ray.py sets>`: `ray start` has no such option, and
+DASHBOARD_MODULES_VARIABLE, which tools/local_ray.py sets>`: `ray start` has no such option, and
 otherwise loads every module (ray/_private/services.py start_api_server passes the flag only
 with --include-dashboard=false).
 """

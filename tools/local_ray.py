@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tests.ray_site.sitecustomize import DASHBOARD_MODULES_VARIABLE
+from tools.ray_site.sitecustomize import DASHBOARD_MODULES_VARIABLE
 
 # Another Ray's `ray` (VERL_GKE_TEST_RAY: `make conformance-a4x` runs A4X's 2.49 this way);
 # by default this interpreter's, the release requirements-dev.txt pins.
@@ -48,7 +48,7 @@ START_TIMEOUT_S = 90.0
 #   A test head runs jobs, whose JobSupervisor actors need workers of their own runtime env,
 #   so the warm ones start, idle out and start again: 2.5 -> 1.9 CPU-seconds per `echo` job
 #   here (the whole machine's /proc/stat over 5 jobs).
-# - PYTHONPATH: tests/ray_site, whose sitecustomize launches the workers Ray would launch through
+# - PYTHONPATH: tools/ray_site, whose sitecustomize launches the workers Ray would launch through
 #   its setup_worker.py without that script importing Ray first (its docstring has the figures).
 # - DASHBOARD_MODULES_VARIABLE: the dashboard modules that sitecustomize has Ray's
 #   dashboard load, the ones the program, its tools and Ray's job CLI talk to: JobHead (the Jobs
@@ -141,7 +141,7 @@ def _start(temp_dir: Path, num_cpus: int, node_ip: str, env: dict[str, str]) -> 
     with open(ray_dir / "ray-start.log", "wb") as log:
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            # tests/ray_site holds to this interpreter's Ray; another Ray runs as it ships.
+            # tools/ray_site holds to this interpreter's Ray; another Ray runs as it ships.
             env=_environment(env),
         )
     head = LocalRay(
@@ -321,7 +321,7 @@ def _nodes_of(head: LocalRay) -> list[int]:
 
 def _environment(env: dict[str, str]) -> dict[str, str]:
     """The environment of a test head's (or node's) processes: this one's, `env`, and
-    tests/ray_site first on PYTHONPATH, which holds to this interpreter's Ray; another Ray runs
+    tools/ray_site first on PYTHONPATH, which holds to this interpreter's Ray; another Ray runs
     as it ships."""
     return {**os.environ, **env, "PYTHONPATH": os.pathsep.join(
         filter(None, [None if OTHER_RAY else str(RAY_SITE), os.environ.get("PYTHONPATH")]))}
