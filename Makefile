@@ -14,7 +14,7 @@ STACK ?= a4
 MODE ?=
 BASE ?= origin/main
 
-.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model training-stack outputs curve logs cost test explore conformance-a4x bench clean
+.PHONY: venv dev policy-venv node plan plan-all policy diff critical-path step-model training-stack outputs curve logs cost test explore bench clean
 
 venv: $(VENV)/.tools-installed
 dev: $(VENV)/.dev-installed
@@ -124,17 +124,6 @@ test: dev node
 ## make explore [EXAMPLES=300] [STEPS=40] [SEED=n] [WITHOUT=head_restart,tick_fault] [SETUP=keep=2,max_retries=1] [ONLY=budget]
 explore: dev
 	$(PY) -m tests.sim.explore --examples $(or $(EXAMPLES),300) --steps $(or $(STEPS),40) $(if $(SEED),--seed $(SEED),) $(if $(WITHOUT),--without $(WITHOUT),) $(if $(SETUP),--setup $(SETUP),) $(if $(ONLY),--only $(ONLY),)
-
-## The simulated Ray checked against A4X's Ray (tests/test_sim_conformance.py, which make test runs
-## against the 2.47 of requirements-dev.txt): a head of the release components/facts/hardware.py
-## pins for a4x, from a virtualenv of its own.
-RAY_A4X_VENV := .venv-ray-a4x
-$(RAY_A4X_VENV)/.installed: components/facts/hardware.py | $(PY)
-	$(PYTHON) -m venv $(RAY_A4X_VENV)
-	$(RAY_A4X_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "ray[default]==$$($(PY) -c 'from components.facts.hardware import PROFILES, Target; print(PROFILES[Target.A4X].ray_version)')"
-	touch $@
-conformance-a4x: dev $(RAY_A4X_VENV)/.installed
-	VERL_GKE_TEST_RAY=$(RAY_A4X_VENV)/bin/ray $(PY) -m pytest -q -p no:xdist tests/test_sim_conformance.py
 
 ## Benchmarks: offline-plan time vs the SDK import floor, GrpoJob create latency vs Ray's CLI.
 bench: dev

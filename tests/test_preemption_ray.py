@@ -43,8 +43,8 @@ from tests.sim.ray_state import Gcs
 from tests.test_supervisor_ray import POLICY, RAY_CLUSTER, provider_props, spec_for
 
 FAKES = Path(__file__).parent / "fakes"
-# The interpreter of the Ray the cluster runs: this one's, or another release's (`make
-# conformance-a4x` runs this file against A4X's Ray too).
+# The interpreter of the Ray the cluster runs: this one's, or another release's
+# (VERL_GKE_TEST_RAY, tools/local_ray.py).
 PYTHON = str(Path(local_ray.RAY).with_name("python")) if local_ray.OTHER_RAY else sys.executable
 TRAINER = f"{PYTHON} {FAKES / 'gpu_trainer.py'}"
 # How long classify waits here for a lost node to be recorded (production: protocol.SETTLE_S,

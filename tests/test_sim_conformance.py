@@ -100,8 +100,8 @@ def test_the_simulated_ray_answers_the_script_as_the_real_ray_does(ray_head):
     finally:
         world.close()
     assert got == expected
-    # The head is one of the releases the stacks run (requirements-dev.txt's for a4/a3u; A4X's
-    # under `make conformance-a4x`), whose Jobs API answers its version (job_head.py:419).
+    # The head is the release every RayCluster states (pins.RAY_VERSION, which
+    # requirements-dev.txt pins), whose Jobs API answers its version (job_head.py:419).
     version = session.get(ray_head.dashboard_url + "/api/version", timeout=10).json()["ray_version"]
     assert version == pins.RAY_VERSION, version
     # What the comparison stands on (so that two equally wrong answers cannot pass):

@@ -30,7 +30,7 @@ from typing import Iterator
 
 from tools.ray_site.sitecustomize import DASHBOARD_MODULES_VARIABLE
 
-# Another Ray's `ray` (VERL_GKE_TEST_RAY: `make conformance-a4x` runs A4X's 2.49 this way);
+# Another Ray's `ray` (VERL_GKE_TEST_RAY, to run the real-Ray tests against another release);
 # by default this interpreter's, the release requirements-dev.txt pins.
 OTHER_RAY = os.environ.get("VERL_GKE_TEST_RAY")
 RAY = OTHER_RAY or str(Path(sys.executable).with_name("ray"))

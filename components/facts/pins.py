@@ -114,7 +114,7 @@ NVIDIA_DRA_DRIVER = HelmChart(
 # namespace-scoped Helm chart with no version, i.e. whatever is newest on the day). 1.7.0 is the
 # newest stable release (tag v1.7.0, 2026-08-20; the Ray docs install exactly
 # `kuberay/kuberay-operator --version 1.7.0`), and its RayCluster CRD is byte-identical to the
-# one the tests validate against (../shared/schemas/crds/, kuberay feeaf72), so what the tests
+# one the tests validate against (tests/schemas/crds/, kuberay feeaf72), so what the tests
 # accept is what this operator serves. The chart's default operator image is v1.7.0 too.
 KUBERAY_OPERATOR = HelmChart(
     chart="kuberay-operator", repo="https://ray-project.github.io/kuberay-helm/", version="1.7.0"
