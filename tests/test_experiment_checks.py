@@ -276,6 +276,20 @@ def test_the_node_count_does_not_hold_back_the_runs_checks():
     assert any("verl-gke:job.trainBatchSize=100 x verl-gke:job.rolloutN=7" in p for p in found), found
 
 
+def test_a_list_in_extra_overrides_does_not_hold_back_the_other_entries():
+    """RE-10's second case, the reviewer's own: an extraOverrides entry that is a list (no single
+    Hydra override) is refused, every such entry in one message, and the other entries are
+    still checked in the same round (the duplicated rolloutN, the forbidden checkpoint key)."""
+    found = problems(job=json.dumps({"extraOverrides": {
+        "data": {"keys": ["a", "b"]}, "x": {"y": ["c"]},
+        "actor_rollout_ref.rollout.n": 4, "trainer.default_local_dir": "/x"}}))
+    lists = [p for p in found if "holds a list" in p]
+    assert len(lists) == 1 and "['data.keys']" in lists[0] and "['x.y']" in lists[0], found
+    assert any("['actor_rollout_ref.rollout.n'] duplicates a typed setting" in p
+               for p in found), found
+    assert any("['trainer.default_local_dir']" in p and "would change" in p for p in found), found
+
+
 def test_a_file_problem_does_not_hold_back_the_others(tmp_path):
     """Every file's problem in one round: a misspelt data file, random bytes, a bad reward."""
     workdir = write_experiment(tmp_path, reward="def score(\n")

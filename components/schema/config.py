@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
 from components.messages import quoted
-from components.schema import pulumi_forms
+from components.schema import hydra_overrides, pulumi_forms
 from components.schema.config_checks import cross_field_problems
 from components.schema.pulumi_forms import namespace
 # The model, re-exported: most code and the tests import it from here.
@@ -144,6 +144,13 @@ def _what_validates(values: Mapping[str, Any], error: ValidationError) -> StackC
                 parent, key, current = current, part, current[part]
             if parent is None:
                 return None
+            if key == "extraOverrides" and isinstance(current, dict):
+                flat, refused = hydra_overrides.flattenable(current, "")
+                if refused:
+                    # Only the entries that are no single override are refused: the others
+                    # are still checked, in this round (ECOSYSTEM-REVIEW-4 RE-10).
+                    parent[key] = flat
+                    continue
             parent.pop(key, None)
         try:
             return _validate(kept)

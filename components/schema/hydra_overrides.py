@@ -45,27 +45,40 @@ def flattened(values: Mapping[str, Any], where: str) -> dict[str, Any]:
     `pulumi config set --path 'verl-gke:job.extraOverrides.a.b.c' 4` stores a nested map (the
     CLI splits the path at every dot), which is what Hydra's dotted key means, so it is
     flattened. A list, or a prefixed key (`+`, `~`) inside a map, has no one override it means:
-    refused with the command that stores the override as one dotted key.
+    refused with the command that stores the override as one dotted key; every such entry in
+    one message.
     """
-    return _flattened(values, where, "")
+    flat, problems = flattenable(values, where)
+    if problems:
+        raise NestedOverrideError("; ".join(problems))
+    return flat
 
 
-def _flattened(values: Mapping[str, Any], where: str, prefix: str) -> dict[str, Any]:
+def flattenable(values: Mapping[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
+    """The entries of `values` that flatten, dotted, and why each other one does not: what the
+    config's checks go on with when some entries are refused (components/schema/config.py), so
+    that the others' problems come in the same round."""
     flat: dict[str, Any] = {}
+    problems: list[str] = []
+    _flatten(values, where, "", flat, problems)
+    return flat, problems
+
+
+def _flatten(values: Mapping[str, Any], where: str, prefix: str, flat: dict[str, Any],
+             problems: list[str]) -> None:
     for key, value in values.items():
         full = f"{prefix}{key}"
         if prefix and str(key)[:1] in "+~":
-            raise NestedOverrideError(_retype(where, full, value, f"the prefix {key[0]!r} inside"))
-        if isinstance(value, Mapping):
+            problems.append(_retype(where, full, value, f"the prefix {key[0]!r} inside"))
+        elif isinstance(value, Mapping):
             if not value:
-                raise NestedOverrideError(_retype(where, full, "{}", "an empty map"))
-            flat.update(_flattened(value, where, f"{full}."))
+                problems.append(_retype(where, full, "{}", "an empty map"))
+            _flatten(value, where, f"{full}.", flat, problems)
         elif isinstance(value, list):
             text = "[" + ",".join(str(item) for item in value) + "]"
-            raise NestedOverrideError(_retype(where, full, text, "a list"))
+            problems.append(_retype(where, full, text, "a list"))
         else:
             flat[full] = value
-    return flat
 
 
 def _retype(where: str, key: str, value: Any, what: str) -> str:
