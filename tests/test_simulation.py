@@ -243,3 +243,14 @@ def test_a_fixed_seed_exploration_keeps_every_invariant():
     run_state_machine_as_test(LifecycleMachine, settings=settings(
         max_examples=20, stateful_step_count=20, derandomize=True, deadline=None,
         database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+
+
+def test_a_plain_up_in_a_world_without_faults_runs_the_run():
+    """The simulation drives the real provider through production's seams: in a world without a
+    fault, `up` is not refused and submits attempt 0, whose first training step it waits for. A
+    seam that stops answering as production's does made every `up` refused once (the kubectl
+    version check against the simulated kubectl), and the explorations then passed without ever
+    running the provider's path; this fails then."""
+    replay({}, step("up"),
+           happened=lambda m: not m.refusals and len(attempts(m)) == 1
+           and attempts(m)[0].status == "RUNNING")

@@ -25,6 +25,11 @@ import json
 from typing import Any
 
 POD_RUNNING_TIMEOUT_S = 60.0  # kubectl port-forward --pod-running-timeout default
+# What `kubectl version --client -o json` prints (a clientVersion of k8s.io/apimachinery's
+# version.Info, kubernetes staging/src/k8s.io/kubectl/pkg/cmd/version/version.go), for a client
+# of the release the program needs at least (ray_access.KUBECTL_MINIMUM).
+KUBECTL_VERSION = {"clientVersion": {"major": "1", "minor": "31", "gitVersion": "v1.31.0"},
+                   "kustomizeVersion": "v5.4.2"}
 READY_S = 60.0  # from pods created to every pod Running (GPU nodes already there): an estimate
 HEAD_RESTART_S = 20.0  # a container restart of the head: an estimate
 WORKERS_RESTART_S = 30.0
@@ -152,7 +157,11 @@ class SimKube:
 
     # --- kubectl (the provider's seam) -------------------------------------------------------
     def kubectl(self, argv: list[str]) -> tuple[int, str, str]:
-        """`kubectl --kubeconfig <f> -n <ns> get|patch ...`: (exit code, stdout, stderr)."""
+        """`kubectl --kubeconfig <f> -n <ns> get|patch ...`, and `kubectl version --client -o
+        json`, which the provider asks once before its first port-forward
+        (ray_access.require_kubectl): (exit code, stdout, stderr)."""
+        if argv[1:2] == ["version"]:
+            return 0, json.dumps(KUBECTL_VERSION), ""
         verb = next((a for a in argv if a in ("get", "patch", "delete", "apply", "create")),
                     None)
         if verb not in ("get", "patch"):
