@@ -34,7 +34,7 @@ def assert_user_error(result: subprocess.CompletedProcess, *expected: str) -> No
 
 
 @pytest.mark.parametrize("tool", ["tools.plan", "tools.policy_check", "tools.outputs",
-                                  "tools.critical_path", "tools.curve"])
+                                  "tools.critical_path", "tools.curve", "tools.training_stack"])
 def test_a_stack_without_a_stack_file_is_named_with_the_stacks_there_are(tool):
     """`make <target> STACK=nope` under every target that takes a stack: the key, the value,
     the stacks of the directory, and how to create one."""
