@@ -1,6 +1,6 @@
 """The one error path of every command-line tool (`make plan`, `policy`, `outputs`, `diff`,
-`critical-path`, `curve`, `logs`, `training-stack`): a mistake the user can fix ends in exit 2 and one message that
-names the key, the bad value and the fix, never in a traceback.
+`critical-path`, `curve`, `logs`, `training-stack`): a mistake the user can fix ends in exit 2
+and one message that names the key, the bad value and the fix, never in a traceback.
 
 Each tool's entry point is `sys.exit(cli.run(main))`. Errors that reach `run`:
 - UsageError (and tools.plan.StackFileError, a subclass): a missing stack file, a git ref git
