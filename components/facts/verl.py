@@ -86,9 +86,9 @@ IGNORED_GROUPS = {"custom_reward_function": "reward.custom_reward_function"}
 
 # --- The env verl gives its workers -----------------------------------------------------------
 # verl/trainer/constants_ppo.py:61-78 (PPO_RAY_RUNTIME_ENV), applied by get_ppo_ray_runtime_env
-# (:81-107) to every key the job's env does not already set (:101-103, in the driver's env). The HCCL_* and
-# HSA_NO_SCRATCH_RECLAIM entries are for Ascend and ROCm and change nothing here; they are kept
-# so that the dict is verl's. Not in it at the ref: CUDA_DEVICE_MAX_CONNECTIONS, set only for
+# (:81-107) to every key the job's env does not already set (:101-103, in the driver's env).
+# The HCCL_* and HSA_NO_SCRATCH_RECLAIM entries are for Ascend and ROCm and change nothing here;
+# they are kept so that the dict is verl's. Not in it at the ref: CUDA_DEVICE_MAX_CONNECTIONS, set only for
 # Megatron on Hopper or Ampere (:39-46, :99-100: "Torch-FSDP2 / Megatron-FSDP must NOT set it to
 # 1", it serialises FSDP2's prefetch), and NCCL_CUMEM_ENABLE, which verl sets to 0 only for the
 # vLLM server actors (verl/plugin/platform/platform_cuda.py:147-152), so training workers run

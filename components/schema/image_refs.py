@@ -37,8 +37,9 @@ def image_problem(key: str, image: str) -> str | None:
         return f"{key}={quoted(image)} is not an image reference: use e.g. verlai/verl:vllm023.dev1"
     if floating_tag(image):
         return (
-            f"{key}={quoted(image)} has a floating tag (none, or one that "
-            "moves, such as latest, nightly or main): a restarted pod could train on another build. Pin a tag that names one build (e.g. "
-            "verlai/verl:vllm023.dev1) or a digest (<image>@sha256:<64 hex>)"
+            f"{key}={quoted(image)} has a floating tag (none, or one that moves, such as "
+            "latest, nightly or main): a restarted pod could train on another build. Pin a tag "
+            "that names one build (e.g. verlai/verl:vllm023.dev1) or a digest "
+            "(<image>@sha256:<64 hex>)"
         )
     return None

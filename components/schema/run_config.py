@@ -183,8 +183,8 @@ class GrpoRunConfig(RunLifecycle):
     )
     logger: str = Field(
         "console",
-        description="Where verl logs metrics: console, wandb, mlflow, tensorboard, or a list such as "
-        "[console,wandb]. wandb needs verl-gke:wandbApiKey, mlflow verl-gke:mlflowTrackingUri "
+        description="Where verl logs metrics: console, wandb, mlflow, tensorboard, or a list "
+        "such as [console,wandb]. wandb needs verl-gke:wandbApiKey, mlflow verl-gke:mlflowTrackingUri "
         "(both secret); tensorboard writes to the run's directory on the bucket.",
     )
     val_before_train: bool | None = Field(
