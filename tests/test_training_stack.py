@@ -22,11 +22,16 @@ from tools.mockrun import unwrap
 STACKS = ["a4", "a3u", "a4x"]
 
 
+def _entrypoint(stack: str) -> str:
+    """The entrypoint of the stack's rendered GrpoRun, as the program ships it."""
+    _, recording = rendered(stack, "standard")
+    return unwrap(recording.one("pulumi-python:dynamic/verl-gke:GrpoRun", "grpo-run")
+                  .inputs["entrypoint"])
+
+
 def _shipped(stack: str) -> tuple[list[str], str]:
     """The overrides of the stack's rendered GrpoRun and the pinned image its RayCluster runs."""
-    _, recording = rendered(stack, "standard")
-    run = recording.one("pulumi-python:dynamic/verl-gke:GrpoRun", "grpo-run")
-    return (training_stack.overrides_of(unwrap(run.inputs["entrypoint"])),
+    return (training_stack.overrides_of(_entrypoint(stack)),
             pins.VERL_IMAGES[profile(stack).arch])
 
 
@@ -41,9 +46,7 @@ def test_the_pin_the_facts_and_the_vendored_verl_are_one_commit():
 def test_the_default_run_selects_only_code_its_pods_can_import(stack):
     """The stack's run as rendered composes at the pin to the V1 trainer, and every module the
     code it selects imports for certain is in the image or installed by the pods."""
-    overrides, image = _shipped(stack)
-    report = training_stack.check(stack, " ".join(["python3 -m", training_stack.ENTRY,
-                                                   *overrides]), image)
+    report = training_stack.check(stack, _entrypoint(stack), pins.VERL_IMAGES[profile(stack).arch])
     assert report.problems == []
     assert report.trainer.startswith("V1") and report.modules > 100
 

@@ -46,9 +46,9 @@ from components.schema.lifecycle import prune_command
 from components.schema.pulumi_forms import Key
 from components.schema.run_checks import batch_problems, hardware_problems, model_problems
 from components.schema.run_config import (  # noqa: F401 (GrpoRunConfig and CONFIG_KEY re-exported)
-    _RUN_DIR,
     CONFIG_KEY,
     HYDRA_KEYS,
+    RUN_DIR,
     TENSORBOARD_SUBDIR,
     GrpoRunConfig,
     OverrideValue,
@@ -192,7 +192,7 @@ def _resume_choice(own_dir: str, resume_from: str) -> str:
     directory, on every start (verl/trainer/ppo/ray_trainer.py _load_checkpoint); deciding per
     start keeps a restarted run from going back to the other run's step.
     """
-    match = _RUN_DIR.match(resume_from)
+    match = RUN_DIR.match(resume_from)
     source = f"{CHECKPOINT_ROOT}/{match.group('dir')}"
     if match.group("step"):
         path = f"{source}/{match.group('step')}"
@@ -276,7 +276,7 @@ def _key(field: str) -> str:
 def _resume_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
     if run.resume_from is None:
         return []
-    saved_by = int(_RUN_DIR.match(run.resume_from).group("gpus"))
+    saved_by = int(RUN_DIR.match(run.resume_from).group("gpus"))
     gpus = world_size(run, profile, nodes)
     if saved_by == gpus:
         return []

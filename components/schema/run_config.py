@@ -30,12 +30,10 @@ CONFIG_KEY = Key("job")  # `<project>:job`, under the project's name
 # The bucket is mounted at /data in every Ray pod (GcsFuseStorage); each run checkpoints to its
 # own directory under CHECKPOINT_ROOT, `gs://<bucket>/checkpoints/<run>`.
 _RUN_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
-# `<runName>-<N>gpu-<12 hex>`, optionally `/global_step_<n>`: what resumeFrom accepts.
-_RUN_DIR = re.compile(r"^(?P<dir>[a-z0-9][-a-z0-9]*-(?P<gpus>[0-9]+)gpu-[0-9a-f]{12})"
-                      r"(?:/(?P<step>global_step_[0-9]+))?$")
-
-# A run directory without a step, what warmStartFrom names (components/schema/run_resume.py).
-RUN_DIR = re.compile(r"^[a-z0-9][-a-z0-9]*-[0-9]+gpu-[0-9a-f]{12}$")
+# `<runName>-<N>gpu-<12 hex>`, optionally `/global_step_<n>`: what resumeFrom accepts;
+# warmStartFrom takes the directory alone (components/schema/run_resume.py).
+RUN_DIR = re.compile(r"^(?P<dir>[a-z0-9][-a-z0-9]*-(?P<gpus>[0-9]+)gpu-[0-9a-f]{12})"
+                     r"(?:/(?P<step>global_step_[0-9]+))?$")
 
 OverrideValue = str | int | float | bool
 
@@ -55,7 +53,7 @@ def parse_loggers(value: str) -> list[str]:
 
 def warm_start_problem(value: str) -> str | None:
     """Why `value` is not a run directory a warm start can name, or None."""
-    if RUN_DIR.match(value):
+    if (match := RUN_DIR.match(value)) and match.group("step") is None:
         return None
     return (
         f"{CONFIG_KEY}.warmStartFrom={quoted(value)} is not a run directory: use the last part "
@@ -337,7 +335,7 @@ class GrpoRunConfig(RunLifecycle):
     @field_validator("resume_from")
     @classmethod
     def _resume_from(cls, value: str | None) -> str | None:
-        if value is not None and not _RUN_DIR.match(value):
+        if value is not None and not RUN_DIR.match(value):
             raise ValueError(
                 f"{CONFIG_KEY}.resumeFrom={quoted(value)} is not a run directory: use the last "
                 "part of another run's job.checkpointUri output, e.g. grpo-16gpu-0123456789ab, "
