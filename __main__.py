@@ -31,16 +31,16 @@ from components.observability.training_observability import (
     TrainingObservability,
     TrainingObservabilityArgs,
 )
-from components.ray.cluster_check import ClusterCheck, ClusterCheckArgs
-from components.ray.grpo_job import GrpoJob, GrpoJobArgs
-from components.ray.supervision import RunSupervisor, RunSupervisorArgs, state_name
-from components.ray.trackers import TrackerCredentials, TrackerCredentialsArgs
-from components.ray.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayClusterArgs
-from components.ray.verl_ray_cluster import VerlRayCluster
+from components.check.cluster_check import ClusterCheck, ClusterCheckArgs
+from components.run.grpo_job import GrpoJob, GrpoJobArgs
+from components.run.supervision import RunSupervisor, RunSupervisorArgs, state_name
+from components.run.trackers import TrackerCredentials, TrackerCredentialsArgs
+from components.raycluster.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayClusterArgs
+from components.raycluster.verl_ray_cluster import VerlRayCluster
 from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
 from components.schema import config, names
-from components.schema import run_inputs
-from components.schema.run import checkpoint_uri, effective_env
+from components.runspec import run_inputs
+from components.runspec.run import checkpoint_uri, effective_env
 from components.schema.staging import model_path as staged_model_path
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.storage import model_staging
@@ -290,7 +290,7 @@ if not cfg.run.skip_cluster_check:
             kubeconfig=gke.kubeconfig,
             dashboard_address=cfg.run.dashboard_address,
             # The gate in front of Ray: a released (suspended) cluster is resumed before the
-            # check runs, and a delete on it needs no Ray (components/ray/kube.py gate).
+            # check runs, and a delete on it needs no Ray (components/run/kube.py gate).
             ray_cluster=ray.cluster_name,
         ),
         opts=pulumi.ResourceOptions(depends_on=[staging]),
@@ -322,7 +322,7 @@ job = GrpoJob(
 )
 
 # Follows the run in the cluster once `pulumi up` has returned: retries, stalls, the deadline,
-# the export and the release of the GPUs (components/ray/supervision.py). Created after the job
+# the export and the release of the GPUs (components/run/supervision.py). Created after the job
 # and deleted before it, so nothing resubmits a run that `pulumi destroy` ended.
 supervisor = RunSupervisor(
     "grpo-supervisor",
@@ -425,7 +425,7 @@ pulumi.export(
         ),
     },
 )
-pulumi.export("job", job.outputs())  # components/ray/job_outputs.py
+pulumi.export("job", job.outputs())  # components/run/job_outputs.py
 pulumi.export(
     "clusterCheck",
     {

@@ -10,7 +10,7 @@ head (tools/local_ray.py), with the same entrypoint:
 - raw `JobSubmissionClient.submit_job` and `get_job_status` calls.
 Each is repeated a few times; medians and the provider's ratio to each are printed. Every job
 is stopped before the next one starts so they never compete for the head: the provider's are
-its run's attempts (`<id>-a<N>`, components/ray/protocol.py), not the run's id itself.
+its run's attempts (`<id>-a<N>`, components/supervisor/protocol.py), not the run's id itself.
 
 Then create -> first step (waitFor first-step, the default) with the stand-in trainer
 (tests/fakes/verl_trainer.py, its first step after STEP_S), against the raw client polling the
@@ -34,8 +34,8 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from components.ray import protocol
-from components.ray.grpo_job import PROVIDER_VERSION, GrpoJobProvider
+from components.supervisor import protocol
+from components.run.grpo_job import PROVIDER_VERSION, GrpoJobProvider
 from tools.local_ray import RAY, LocalRay, local_ray
 
 REPETITIONS = 5

@@ -24,7 +24,7 @@ import pulumi.dynamic as dynamic
 from components import unknowns
 from components.messages import quoted
 from components.provider_home import check_home
-from components.schema.pulumi_forms import Key
+from components.forms.pulumi_forms import Key
 
 
 def deletion_protection_fix() -> str:

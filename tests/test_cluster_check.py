@@ -11,9 +11,9 @@ import pytest
 
 from components.facts import pins
 from components.facts.hardware import profile
-from components.ray import cluster_check
-from components.ray.cluster_check import ClusterCheckArgs, ClusterCheckProvider, judge
-from components.ray.ray_access import RayAccessError, RequestPolicy
+from components.check import cluster_check
+from components.check.cluster_check import ClusterCheckArgs, ClusterCheckProvider, judge
+from components.run.ray_access import RayAccessError, RequestPolicy
 
 # Looked up, not imported: the check's ranks import torch in their own processes, and importing
 # it here would cost every xdist worker ~2.5 CPU-s at collection.
@@ -150,7 +150,7 @@ MNNVL_LOG = (
 
 def _measured(reports: list[str], world: int) -> dict:
     """A measurement whose ranks logged `reports`, aggregated as the script does."""
-    from components.ray.checks.cluster_check_script import nccl_report
+    from components.check.cluster_check_script import nccl_report
 
     parsed = [nccl_report(text) for text in reports]
     return {
@@ -202,7 +202,7 @@ def test_the_check_runs_under_the_env_verl_gives_its_workers():
     NCCL_CUMEM_ENABLE (verl sets 0 only for the vLLM servers), on A4X the job's 1; the job's
     own NCCL_DEBUG=INFO is kept over verl's WARN (verl/trainer/constants_ppo.py:101-103), and
     the keys verl forwards whatever the env says are there (components/facts/verl.py)."""
-    from components.schema.run_env import effective_env
+    from components.runspec.run_env import effective_env
 
     a4 = effective_env(profile("a4"), 2)["env_vars"]
     a4x = effective_env(profile("a4x"), 4)["env_vars"]
@@ -228,7 +228,7 @@ def test_the_timeout_grows_with_the_node_count():
 def test_the_inventory_asks_every_node_before_waiting_for_any(monkeypatch):
     """At 64 nodes a node-by-node inventory costs minutes of GPU-worker starts one after
     another (review finding 13): every node's task is submitted, then all are awaited at once."""
-    from components.ray.checks import cluster_check_script as script
+    from components.check import cluster_check_script as script
 
     events = []
 

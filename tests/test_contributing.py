@@ -19,7 +19,7 @@ def _named_paths() -> set[str]:
 def test_every_file_the_recipes_name_exists():
     """Every path in backticks (a file, or a folder with a slash) is in the repository."""
     paths = _named_paths()
-    assert "components/schema/run_config.py" in paths and "components/facts/hardware.py" in paths
+    assert "components/runspec/run_config.py" in paths and "components/facts/hardware.py" in paths
     missing = sorted(p for p in paths if not (ROOT / p.split("#")[0]).exists())
     assert missing == []
 

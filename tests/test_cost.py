@@ -9,7 +9,7 @@ import pytest
 
 from components.facts.hardware import PROFILES, Target
 from components.facts.prices import CLUSTER_FEE
-from components.schema.run import GrpoRunConfig
+from components.runspec.run import GrpoRunConfig
 from tools import cost, mockrun, plan, price_book
 from tools.stacks import STACK_MODES, STACKS
 

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from components.ray import ray_cluster_spec, verl_ray_cluster
+from components.raycluster import ray_cluster_spec, verl_ray_cluster
 from tests.k8s_schemas import validate_custom
 from tools import plan, plan_diff, plan_report
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as parquet
 import pytest
 
 from components.facts import verl
-from components.schema import run_experiment
+from components.runspec import run_experiment
 from components.schema.config import ConfigError
 from tests.test_config import load, problems
 from tests.test_cli_errors import assert_user_error

@@ -10,7 +10,7 @@ from components.facts.expectations import (
     EXPECTATIONS, FLOOR_FRACTION, HEALTHY_FRACTION, network_busbw_bound_gbs,
 )
 from components.facts.hardware import Target, profile
-from components.ray import cluster_check
+from components.check import cluster_check
 
 # Cluster Toolkit examples/gke-a4/README.md (commit 2c54caab): two a4-highgpu-8g nodes, 16
 # ranks, out-of-place busbw at 1 GiB, the cluster check's message size.

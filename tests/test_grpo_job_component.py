@@ -8,13 +8,13 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components.ray import export, job_provider
-from components.schema import run as grpo_run
-from components.ray.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
-from components.schema.run import GrpoRunConfig
+from components.run import export, job_provider
+from components.runspec import run as grpo_run
+from components.run.grpo_job import PROVIDER_VERSION, GrpoJob, GrpoJobArgs
+from components.runspec.run import GrpoRunConfig
 from components.facts.hardware import profile
 from components.facts.models import DEFAULT_MODEL
-from components.ray.ray_access import RayAccessError
+from components.run.ray_access import RayAccessError
 from tools import mockrun
 
 DYNAMIC_TYPE = "pulumi-python:dynamic/verl-gke:GrpoRun"

@@ -21,10 +21,11 @@ import requests
 from pulumi.output import Unknown
 
 from components.facts import verl
-from components.ray import grpo_job, protocol
-from components.ray.grpo_job import GrpoJobProvider
-from components.ray.ray_access import RayAccessError, RequestPolicy
-from components.schema.run import export_command
+from components.run import grpo_job
+from components.supervisor import protocol
+from components.run.grpo_job import GrpoJobProvider
+from components.run.ray_access import RayAccessError, RequestPolicy
+from components.runspec.run import export_command
 from tests.engine import Engine
 from tools.local_ray import list_jobs
 from tests.tcp_proxy import tcp_proxy
@@ -473,7 +474,7 @@ def test_outputs_never_carry_an_earlier_attempts_metrics():
     """The outputs of attempt 1 hold no metric attempt 0 logged: before attempt 1's first step
     they are empty, not attempt 0's (review finding 5); the last metrics are kept only for the
     attempt they came from, when its log cannot be read."""
-    from components.ray import job_provider
+    from components.run import job_provider
 
     class Attempt:
         submission_id, policy = "verl-gke-test-grpo-0123456789ab-a1", POLICY
@@ -492,7 +493,7 @@ def test_outputs_never_carry_an_earlier_attempts_metrics():
 def test_following_an_attempt_lost_with_the_head_fails_up_with_what_to_do(monkeypatch):
     """An attempt whose record is gone (the head restarted, its job table with it) fails the
     wait after a short margin, saying so and what to run, instead of polling for ever."""
-    from components.ray import following
+    from components.run import following
 
     class Lost:
         submission_id = "verl-gke-test-grpo-0123456789ab-a0"

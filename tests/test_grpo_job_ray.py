@@ -22,9 +22,10 @@ import pytest
 import requests
 from pulumi.dynamic.dynamic import serialize_provider
 
-from components.ray import grpo_job, protocol
-from components.ray.grpo_job import GrpoJobProvider
-from components.ray.ray_access import RayAccessError, RayUnreachable, RequestPolicy
+from components.run import grpo_job
+from components.supervisor import protocol
+from components.run.grpo_job import GrpoJobProvider
+from components.run.ray_access import RayAccessError, RayUnreachable, RequestPolicy
 from tools.local_ray import free_port, list_jobs
 
 FAKES = Path(__file__).parent / "fakes"

@@ -8,8 +8,8 @@ import shlex
 import pydantic
 import pytest
 
-from components.schema.lifecycle import WaitFor
-from components.schema.run import (
+from components.runspec.lifecycle import WaitFor
+from components.runspec.run import (
     GrpoRunConfig,
     entrypoint,
     hydra_overrides,
@@ -60,7 +60,7 @@ TUTORIAL_A4X = {
 
 
 # Where the program's defaults differ from the tutorial's on its own clusters, on purpose
-# (docs/training.md; each is derived or decided in components/schema/run.py and run_sizing.py).
+# (docs/training.md; each is derived or decided in components/runspec/run.py and run_sizing.py).
 DIFFERENCES = {
     # verl's GRPO recipes: lr 1e-6 with the KL loss, the reference model in bf16.
     "actor_rollout_ref.actor.optim.lr": "1e-06",

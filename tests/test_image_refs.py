@@ -14,7 +14,7 @@ import pytest
 
 from components.facts import pins
 from components.registry.image_mirror import mirrored
-from components.schema.image_refs import floating_tag
+from components.forms.image_refs import floating_tag
 from tests.test_config import problems
 from tools import plan
 

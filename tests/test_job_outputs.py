@@ -1,4 +1,4 @@
-"""The job's outputs are one tuple (components/ray/job_outputs.py JOB_OUTPUTS): the GrpoJob
+"""The job's outputs are one tuple (components/run/job_outputs.py JOB_OUTPUTS): the GrpoJob
 component's attributes and registered outputs, the provider's computed outputs and the stack's
 `job` output are derived from it, and the outputs contract (schemas/stack-outputs.schema.json)
 and GrpoJob's typed attributes are held to it here."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 
-from components.ray import grpo_job, job_provider
-from components.ray.job_outputs import INPUT, JOB_OUTPUTS, PROVIDER, PROVIDER_OUTPUTS
+from components.run import grpo_job, job_provider
+from components.run.job_outputs import INPUT, JOB_OUTPUTS, PROVIDER, PROVIDER_OUTPUTS
 from tests.conftest import rendered
 from tools.plan import ROOT
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from components.ray import ray_access
+from components.run import ray_access
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 

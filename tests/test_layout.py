@@ -1,7 +1,7 @@
 """The house's shape (issue 37): which room may import which, no import circle, no Python file
 outside tests/ over 500 lines; docs/design.md's Layout table says the same in words.
 
-A room is a folder of components/ (`components/ray`), a file at components/' top
+A room is a folder of components/ (`components/run`), a file at components/' top
 (`components/guards.py`), `__main__.py`, or a top-level folder (`tools`, `bench`, `policy`,
 `tests`). Every import counts, also those under `if TYPE_CHECKING:` and those inside a function:
 each is an arrow a reader must follow, and a circle through them is a circle of the code."""
@@ -21,10 +21,14 @@ FLOORS: list[set[str]] = [
     {"components/facts", "components"},  # `components`: the package's empty __init__.py
     {"components/messages.py", "components/options.py", "components/secrets.py",
      "components/unknowns.py", "components/provider_home.py"},
+    {"components/forms"},
+    {"components/runspec"},
     {"components/schema"},
     {"components/guards.py", "components/network", "components/registry", "components/cluster",
-     "components/storage", "components/observability"},
-    {"components/preflight", "components/ray"},
+     "components/storage", "components/observability", "components/supervisor"},
+    {"components/preflight", "components/raycluster", "components/run"},
+    {"components/check"},
+    {"components/ray"},  # the providers' old module names, for state pickled before the move
     {"__main__.py"},
     {"policy"},  # the CrossGuard pack: its own venv, imports nothing of the project
     {"tools"},
@@ -185,3 +189,71 @@ def test_the_design_doc_gives_every_room_its_floor():
     expected = {room: floor for floor, rooms in enumerate(FLOORS) for room in rooms
                 if room != "components"}
     assert documented == expected
+
+
+# A folder's files a newcomer scans at once: past this, a room holds more than one concern.
+MAX_FILES_PER_FOLDER = 12
+
+
+def test_no_folder_of_components_holds_more_than_twelve_python_files():
+    """Every folder under components/ holds at most MAX_FILES_PER_FOLDER Python files (its
+    __init__.py counted), so a concern that grows gets a room of its own instead of sharing one
+    (before issue 38: components/ray held 19, components/schema 22)."""
+    counts = {}
+    for path in _python_files():
+        if path.startswith("components/"):
+            folder = path.rpartition("/")[0]
+            counts[folder] = counts.get(folder, 0) + 1
+    assert {f: n for f, n in counts.items() if n > MAX_FILES_PER_FOLDER} == {}
+
+
+def test_every_folder_of_components_says_what_lives_there():
+    """Each package under components/ opens, in its __init__.py, with a docstring that says what
+    the room holds and which rooms may import it; a folder of in-cluster scripts, which nothing
+    imports, opens with its script's docstring."""
+    files = [p for p in _python_files() if p.startswith("components/")]
+    missing = []
+    for folder in sorted({p.rpartition("/")[0] for p in files} - {"components"}):
+        init = ROOT / folder / "__init__.py"
+        first = init if init.is_file() else ROOT / min(p for p in files if p.startswith(folder + "/"))
+        doc = ast.get_docstring(ast.parse(first.read_text()))
+        if not doc or (init.is_file() and "import" not in doc):
+            missing.append(folder)
+    assert missing == []
+
+
+def test_the_supervisors_pod_runs_the_standard_library_and_its_own_files_only():
+    """What components/run/supervision.py ships into the supervisor's pod is exactly
+    components/supervisor/ (its __init__.py aside, which the pod never imports) plus the verl
+    facts, and those files import nothing but the standard library and each other: the pod's
+    image is a bare Python. A new file in the room must be shipped; an import of pulumi, of the
+    config or of any unshipped module fails here, not in the cluster at 3 a.m."""
+    import sys
+
+    from components.run.supervision import CODE_PATHS
+
+    room = {p for p in _python_files() if p.startswith("components/supervisor/")
+            and not p.endswith("__init__.py")}
+    assert room <= set(CODE_PATHS), "a file of components/supervisor/ the pod does not get"
+    shipped = {_module(p) for p in CODE_PATHS}
+    foreign = []
+    for path in CODE_PATHS:
+        for node in ast.walk(ast.parse((ROOT / path).read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path}: a relative import the pod's layout may not resolve"
+                base = node.module or ""
+                names = [base] if base != "components" and not base.startswith("components.") \
+                    else [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top == "components":
+                    if not any(name == m or name.startswith(m + ".") or m.startswith(name + ".")
+                               for m in shipped):
+                        foreign.append((path, name))
+                elif top != "__future__" and top not in sys.stdlib_module_names:
+                    foreign.append((path, name))
+    assert foreign == []

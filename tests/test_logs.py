@@ -80,7 +80,7 @@ class Cluster:
 def test_without_a_submission_id_the_live_training_job_is_followed():
     """During the first `up` there are no outputs: `--address` alone picks the GrpoJob's live
     job (by the provider's metadata), the newest if Ray has two, never the cluster check."""
-    from components.ray.grpo_job import RESOURCE_KEY
+    from components.run.grpo_job import RESOURCE_KEY
 
     cluster = Cluster([
         {"submission_id": "check", "start_time": 9, "metadata": {RESOURCE_KEY: "cluster-check"}},

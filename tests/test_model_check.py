@@ -10,8 +10,8 @@ from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.preflight import model_shape
 from components.schema import config as stack_config
 from components.schema.config import ConfigError
-from components.schema.run import GrpoRunConfig, hydra_overrides, resolve, run_problems
-from components.schema.run_memory import Offload
+from components.runspec.run import GrpoRunConfig, hydra_overrides, resolve, run_problems
+from components.runspec.run_memory import Offload
 from tools import plan
 
 # Public config.json figures (huggingface.co/Qwen/<name>/blob/main/config.json).
@@ -280,7 +280,7 @@ def test_the_memory_estimate_reproduces_the_reviews_appendix():
     """The review's arithmetic for Qwen2.5-32B on 16 GPUs at the tutorial's settings: rollout
     7.6 + 15.3 + vLLM's 0.6 x total + 5 GiB = 135 of 179 (B200), 112 of 140 (H200); A4X adds
     the reference (3.8 GiB in bf16); the 72B on 2 x a3u needs ~140 GiB in rollout (finding 5)."""
-    from components.schema.run_memory import MemoryPlan, rollout_gib
+    from components.runspec.run_memory import MemoryPlan, rollout_gib
 
     def rollout(target, shape=DEFAULT_MODEL, reference=False):
         hw = profile(target)

@@ -19,8 +19,8 @@ from components.cluster.nvidia_dra_driver import (
     quota_pods,
     render_compute_domain,
 )
-from components.ray.ray_cluster_args import RayOperator, VerlRayClusterArgs
-from components.ray.verl_ray_cluster import VerlRayCluster
+from components.raycluster.ray_cluster_args import RayOperator, VerlRayClusterArgs
+from components.raycluster.verl_ray_cluster import VerlRayCluster
 from tests import k8s_schemas
 from tools import mockrun
 

@@ -349,7 +349,7 @@ def test_two_configs_of_one_stack_show_what_the_config_change_replaces(tmp_path,
     """`make diff STACK=dev CONFIG_BASE=HEAD:Pulumi.a4.yaml CONFIG=<file>`: a stack file of the
     user's own compared with a stack file at a git revision, both planned by the work tree's
     program: 2 -> 4 nodes resizes the GPU pool, replaces the RayCluster (a4's add-on: any spec
-    change, components/ray/verl_ray_cluster.py), the job and the check (their own providers'
+    change, components/raycluster/verl_ray_cluster.py), the job and the check (their own providers'
     diff), and nothing shows as created (not "81 to create")."""
     head = tmp_path / "Pulumi.dev.yaml"
     head.write_text((ROOT / "Pulumi.a4.yaml").read_text().replace("config:\n", "config:\n  verl-gke:gpuNodes: 4\n", 1))

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from components.ray import job_provider, protocol
-from components.ray.protocol import Ending, attempt_id
+from components.run import job_provider
+from components.supervisor import protocol
+from components.supervisor.protocol import Ending, attempt_id
 from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeJobs, FakeRay
 from tests.test_supervisor_ticks import RUN, spec, step, submit, tick

@@ -31,11 +31,11 @@ from typing import Any
 import pytest
 import requests
 
-from components.ray import protocol, supervisor
-from components.ray.job_provider import GrpoJobProvider
-from components.ray.protocol import Submission
-from components.ray.ray_access import FixedDashboard, RayJobs
-from components.ray.supervisor_io import RayHttp
+from components.supervisor import protocol, supervisor
+from components.run.job_provider import GrpoJobProvider
+from components.supervisor.protocol import Submission
+from components.run.ray_access import FixedDashboard, RayJobs
+from components.supervisor.supervisor_io import RayHttp
 from tools import local_ray
 from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeRay

@@ -1,7 +1,7 @@
 """A project renamed by `pulumi new` (Pulumi.yaml's `name:`) reads, checks and names every key
 under its own name: the Pulumi CLI qualifies a bare key with the project's name
 (https://www.pulumi.com/docs/iac/concepts/config/, "Configuration Keys"), so the template's
-`target` is `<name>:target` there (components/schema/pulumi_forms.py)."""
+`target` is `<name>:target` there (components/forms/pulumi_forms.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 import yaml
 from pulumi.runtime import settings as pulumi_settings
 
-from components.schema import config, pulumi_forms
+from components.forms import pulumi_forms
+from components.schema import config
 from components.schema.config import ConfigError
 from tools import config_schema, mockrun, plan
 

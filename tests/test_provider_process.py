@@ -32,9 +32,10 @@ from pulumi.output import Unknown
 from components import provider_home
 from components.unknowns import is_unknown
 from components.guards import BucketIdentityProvider, moves
-from components.ray import cluster_check, job_provider
-from components.ray.grpo_job import deterministic_id
-from components.ray.protocol import attempt_id
+from components.check import cluster_check
+from components.run import job_provider
+from components.run.grpo_job import deterministic_id
+from components.supervisor.protocol import attempt_id
 from tools.local_ray import list_jobs
 from tests.provider_process import (
     DIFF_SOME,
@@ -62,7 +63,7 @@ TRAINER = f"{sys.executable} {FAKES / 'verl_trainer.py'} --steps 600 --sleep 0.5
 
 def check_stand_in(expected: dict) -> str:
     """A ClusterCheck entrypoint that prints the result line of the check's script, shaped as
-    components/ray/checks/cluster_check_script.py prints it (:181-185; inventory :116, the
+    components/check/cluster_check_script.py prints it (:181-185; inventory :116, the
     all-reduce :137-145, the read :163), with values that meet `expected`."""
     world = expected["nodes"] * expected["gpus_per_node"]
     measured = {
@@ -95,7 +96,7 @@ def stand_ins(registrations: list[Registration]) -> list[Registration]:
 def rechecked(registrations: list[Registration]) -> list[Registration]:
     """The registrations after a change that re-checks the cluster (a new expectation of what
     the cluster holds: a new `expected` and the submission id the program derives from it,
-    components/ray/cluster_check.py check_inputs; new floors alone judge the last measurement
+    components/check/cluster_check.py check_inputs; new floors alone judge the last measurement
     instead) and turns deletion protection off (the guard's `protected`)."""
     changed = []
     for registration in registrations:
@@ -343,7 +344,7 @@ def test_destroy_deletes_dependents_first_and_leaves_nothing_running(lifecycle):
 
 
 def _attempts(jobs: dict[str, dict], run_id: str) -> list[dict]:
-    """The run's attempts (components/ray/protocol.py attempt_id), oldest first."""
+    """The run's attempts (components/supervisor/protocol.py attempt_id), oldest first."""
     found = {n: jobs[attempt_id(run_id, n)] for n in range(16) if attempt_id(run_id, n) in jobs}
     return [found[n] for n in sorted(found)]
 

@@ -2,7 +2,7 @@
 
 When a record is deleted while another actor uses it (the ClusterCheck's resubmission of a
 finished check, or a person's `ray job delete`; a run's attempts are never deleted,
-components/ray/protocol.py):
+components/supervisor/protocol.py):
 - between the Ray head's lookup of the record and its job agent's, the head answers 500 with the
   agent's 404 inside (ray/dashboard/modules/job/job_head.py JobAgentSubmissionClient._raise_error
   around job_agent.py's "Job <id> does not exist"); tests/test_supervisor_ray.py's concurrency
@@ -25,8 +25,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from components.ray import ray_access, supervisor
-from components.ray.ray_access import FixedDashboard, RayAccessError, RayJobs, RequestPolicy
+from components.run import ray_access
+from components.supervisor import supervisor
+from components.run.ray_access import FixedDashboard, RayAccessError, RayJobs, RequestPolicy
 
 SID = "verl-gke-test-grpo-abc123-0123456789ab"
 # What the head writes for a failed forward: the traceback of its RuntimeError (job_head.py).

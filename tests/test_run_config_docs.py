@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic.alias_generators import to_camel
 
-from components.schema.run_config import HYDRA_KEYS, GrpoRunConfig
+from components.runspec.run_config import HYDRA_KEYS, GrpoRunConfig
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 

@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 
 from components.facts.hardware import profile
 from components.facts.layout import CHECKPOINT_MOUNT
-from components.schema.hydra_overrides import PROTECTED_KEYS, override_text
-from components.schema.run import (
+from components.forms.hydra_overrides import PROTECTED_KEYS, override_text
+from components.runspec.run import (
     CONTINUATION_FIELDS,
     GrpoRunConfig,
     entrypoint,

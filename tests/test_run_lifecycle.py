@@ -1,4 +1,4 @@
-"""The run's lifecycle settings (components/schema/lifecycle.py) and checkpoint retention."""
+"""The run's lifecycle settings (components/runspec/lifecycle.py) and checkpoint retention."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pydantic
 import pytest
 
 from components.facts.layout import CHECKPOINT_TRACKER
-from components.schema.lifecycle import RunLifecycle, prune_command
-from components.schema.run import CONTINUATION_FIELDS, GrpoRunConfig
+from components.runspec.lifecycle import RunLifecycle, prune_command
+from components.runspec.run import CONTINUATION_FIELDS, GrpoRunConfig
 
 
 def _prune(tmp_path, steps: list[int], tracked: int | None, keep: int) -> list[int]:

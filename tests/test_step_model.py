@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from components.facts.hardware import Target, profile
-from components.schema.run import GrpoRunConfig
+from components.runspec.run import GrpoRunConfig
 from tools import step_model
 
 
@@ -126,7 +126,7 @@ def test_a_stack_is_modelled_with_its_own_job_and_node_count_as_make_cost_does(t
 def test_a_refused_job_is_printed_with_its_whole_reason():
     """ECOSYSTEM-REVIEW-4 RE-4: a job verl would refuse (the tutorial's micro batch of 64 on
     8 a4 nodes) is shown with the whole reason, its fix included, not cut at 110 characters."""
-    from components.schema.run import run_problems
+    from components.runspec.run import run_problems
 
     hw = profile("a4")
     [reason, *_] = run_problems(step_model.tutorial(hw).with_model(step_model.DEFAULT_MODEL), hw, 8)

@@ -1,4 +1,4 @@
-"""The supervisor's Kubernetes objects (components/ray/supervision.py) and its wiring in the
+"""The supervisor's Kubernetes objects (components/run/supervision.py) and its wiring in the
 program: schema-valid, namespaced, one tick at a time, created after the job and deleted
 before it, and code that runs on a bare Python."""
 
@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from components.facts import pins
-from components.ray import supervision
-from components.ray.supervision import RunSupervisorArgs, render_objects, state_name
-from components.schema.lifecycle import SUPERVISOR_PERIOD_MINUTES, RunLifecycle
+from components.run import supervision
+from components.run.supervision import RunSupervisorArgs, render_objects, state_name
+from components.runspec.lifecycle import SUPERVISOR_PERIOD_MINUTES, RunLifecycle
 from components.facts.hardware import Target
-from components.ray.ray_cluster_args import CLUSTER_NAMES
+from components.raycluster.ray_cluster_args import CLUSTER_NAMES
 from tests import k8s_schemas
 from tools import mockrun
 from tests.conftest import rendered
@@ -86,7 +86,7 @@ def test_the_shipped_code_runs_on_the_standard_library_alone(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(code[path.name])
     done = subprocess.run(
-        [sys.executable, "-S", "-c", "import components.ray.supervisor as s; print(s.tick)"],
+        [sys.executable, "-S", "-c", "import components.supervisor.supervisor as s; print(s.tick)"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""The in-cluster supervisor (components/ray/supervisor.py) against a real local Ray.
+"""The in-cluster supervisor (components/supervisor/supervisor.py) against a real local Ray.
 
 Each test runs the supervisor's ticks the way its CronJob would, with its own stdlib Ray client
 (RayHttp) and the state ConfigMap and RayCluster kept in files (tests/fakes/cluster.py), which
@@ -20,10 +20,10 @@ import pytest
 import requests
 
 from components.facts import verl
-from components.ray import protocol, supervisor
-from components.ray.job_provider import PROVIDER_VERSION, GrpoJobProvider
-from components.ray.ray_access import RayAccessError, RequestPolicy
-from components.schema.run import export_command
+from components.supervisor import protocol, supervisor
+from components.run.job_provider import PROVIDER_VERSION, GrpoJobProvider
+from components.run.ray_access import RayAccessError, RequestPolicy
+from components.runspec.run import export_command
 from tests.fakes.cluster import FileCluster
 from tools.local_ray import list_jobs
 
@@ -317,7 +317,7 @@ def test_the_cluster_check_never_port_forwards_to_a_released_cluster(ray_head, c
     """After a release, the ClusterCheck's delete (every `pulumi destroy`) needs no Ray and
     opens no port-forward (kubectl would wait for a head pod that never comes), and its create
     (a re-check for a new run) resumes the cluster before it port-forwards (review finding 1)."""
-    from components.ray.cluster_check import ClusterCheckProvider
+    from components.check.cluster_check import ClusterCheckProvider
 
     cluster.suspend()
     access = {**provider_props(spec_for(ray_head, "true"))["access"]}

@@ -1,4 +1,4 @@
-"""The supervisor's ticks (components/ray/supervisor.py) against an in-memory Ray job table.
+"""The supervisor's ticks (components/supervisor/supervisor.py) against an in-memory Ray job table.
 
 Each test drives `supervisor.tick` with tests/fakes/ray_jobs.py (Ray 2.47's job-table rules,
 cited there) and the state ConfigMap and RayCluster in files (tests/fakes/cluster.py), and
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from components.facts import verl
-from components.ray import protocol, supervisor
-from components.ray.protocol import attempt_id
+from components.supervisor import protocol, supervisor
+from components.supervisor.protocol import attempt_id
 from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeRay
 
@@ -457,8 +457,8 @@ def test_the_provider_waits_for_a_release_in_flight_before_it_resumes(world, tmp
     import threading
     from pathlib import Path
 
-    from components.ray.job_provider import GrpoJobProvider
-    from components.ray.ray_access import RequestPolicy
+    from components.run.job_provider import GrpoJobProvider
+    from components.run.ray_access import RequestPolicy
 
     ray, cluster = world
     monkeypatch.setenv("PATH", f"{Path(__file__).parent / 'fakes'}{os.pathsep}{os.environ['PATH']}")

@@ -7,9 +7,9 @@ import dataclasses
 
 from components.facts.expectations import EXPECTATIONS, _expect
 from components.facts.hardware import PROFILES, NodeNetworking, Target
-from components.ray.ray_cluster_args import CLUSTER_NAMES, cluster_name
-from components.schema.run import GrpoRunConfig
-from components.schema.run_sizing import resolve
+from components.raycluster.ray_cluster_args import CLUSTER_NAMES, cluster_name
+from components.runspec.run import GrpoRunConfig
+from components.runspec.run_sizing import resolve
 from tools import step_model
 
 

@@ -12,7 +12,7 @@ import pytest
 from components.facts.hardware import profile
 from components.schema import config
 from components.schema.config import ConfigError
-from components.schema.run import GrpoRunConfig, run_dir_name, runtime_env, tensorboard_dir
+from components.runspec.run import GrpoRunConfig, run_dir_name, runtime_env, tensorboard_dir
 from tests.test_config import BASE, SECRET_KEYS
 from tools import mockrun, plan
 

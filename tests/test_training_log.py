@@ -26,7 +26,7 @@ from components.facts import verl
 from components.observability import log_metrics, log_shipper, training_log
 from components.observability.scope import Scope
 from components.observability.training_log import Kind
-from components.ray.grpo_job import last_metrics
+from components.run.grpo_job import last_metrics
 
 TRAINER = f"{sys.executable} {Path(__file__).parent / 'fakes' / 'verl_trainer.py'}"
 GOOD, FAILED = "verl-gke-test-grpo-good", "verl-gke-test-grpo-failed"

@@ -14,7 +14,7 @@ import yaml
 
 from components.facts import pins, verl
 from components.facts.hardware import profile
-from components.schema.run import GrpoRunConfig, hydra_overrides, run_problems
+from components.runspec.run import GrpoRunConfig, hydra_overrides, run_problems
 from tests.conftest import rendered
 from tools import training_stack, verl_imports
 from tools.mockrun import unwrap
@@ -181,7 +181,7 @@ def test_a_validation_before_training_is_not_a_step():
     import subprocess
     from pathlib import Path
 
-    from components.ray import protocol
+    from components.supervisor import protocol
 
     fake = Path(__file__).parent / "fakes" / "verl_trainer.py"
     log = subprocess.run([sys.executable, str(fake), "--steps", "1", "--sleep", "0",
@@ -200,7 +200,8 @@ def test_every_verl_key_the_program_names_is_in_verls_config_at_the_pin():
     verl's: a key verl renamed would otherwise be silently inert."""
     from omegaconf import OmegaConf
 
-    from components.schema import hydra_overrides, run, run_identity
+    from components.forms import hydra_overrides
+    from components.runspec import run, run_identity
 
     config = training_stack.compose([])
     keys = {*run_identity.CONTINUATION_OVERRIDES, *run._OFFLOAD_KEYS,

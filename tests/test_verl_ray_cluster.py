@@ -16,12 +16,12 @@ from components.facts import pins
 from components.schema.choices import ClusterMode
 from components.facts.hardware import Arch, NodeNetworking, Target, profile
 from components.facts.layout import DASHBOARD_PORT
-from components.ray.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayClusterArgs
-from components.ray.ray_cluster_spec import (
+from components.raycluster.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayClusterArgs
+from components.raycluster.ray_cluster_spec import (
     HEAD_SHM_SIZE, WORKER_GROUP, render_pod_monitoring, render_ray_cluster,
 )
-from components.ray.verl_ray_cluster import VerlRayCluster
-from components.ray.export import quantity
+from components.raycluster.verl_ray_cluster import VerlRayCluster
+from components.run.export import quantity
 from tests import k8s_schemas
 from tools import mockrun
 

@@ -18,10 +18,10 @@ from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.preflight import model_shape
 from components.schema import config as stack_config
 from components.schema.config import ConfigError
-from components.schema.run import GrpoRunConfig, resolve, run_dir_name, run_identity, \
+from components.runspec.run import GrpoRunConfig, resolve, run_dir_name, run_identity, \
     run_problems, entrypoint
-from components.schema.run_checks import memory_plan
-from components.schema.run_memory import rollout_gib, update_gib, usable_gib, vllm_need_gib
+from components.runspec.run_checks import memory_plan
+from components.runspec.run_memory import rollout_gib, update_gib, usable_gib, vllm_need_gib
 from tests.test_model_check import QWEN_72B
 from tools import plan, step_model, training_stack
 

@@ -13,8 +13,8 @@ import pytest
 
 from components.facts import pins
 from components.facts.hardware import profile
-from components.schema import run_inputs
-from components.schema.run import GrpoRunConfig, entrypoint, run_dir_name, run_identity
+from components.runspec import run_inputs
+from components.runspec.run import GrpoRunConfig, entrypoint, run_dir_name, run_identity
 from components.storage import model_staging
 from components.storage.staging import stage
 from tests.test_config import load, problems

@@ -9,13 +9,13 @@ at the top of a stack file. The schema is pydantic's own (StackConfig.model_json
 descriptions and defaults included), reshaped to what a stack file holds:
 - keys as the CLI writes them: `<project>:<camelCase>`, and `gcp:project`, where <project> is
   the `name:` of Pulumi.yaml: a project renamed by `pulumi new` runs this once to get a schema of
-  its own keys (the program reads them under that name; components/schema/pulumi_forms.py).
+  its own keys (the program reads them under that name; components/forms/pulumi_forms.py).
   Named keys rather than a pattern such as `^[^:]+:zone$`: a pattern cannot make `target`
   required, nor refuse a misspelt key of the project's own namespace;
 - numbers and booleans also as the strings `pulumi config set` writes ("4", "true"), which the
   program accepts; "" for an optional key means unset, as in Pulumi.yaml's defaults;
 - secrets only as `{secure: <ciphertext>}` (the program refuses a plain-text one);
-- the list forms of components/schema/pulumi_forms.LIST_FIELDS (`job.logger: [console, wandb]`);
+- the list forms of components/forms/pulumi_forms.LIST_FIELDS (`job.logger: [console, wandb]`);
 - other namespaces (gcp:, kubernetes:) allowed, and an unknown key of the project's refused.
 It checks forms, not meaning: zone-in-region, capacity and names are the program's checks.
 """
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.schema import pulumi_forms
+from components.forms import pulumi_forms
 from components.schema.config import CONFIG_SCHEMA_PATH, KEYS, StackConfig
 from tools import plan
 

@@ -120,13 +120,13 @@ def cluster_check_duration() -> Duration:
         f"{floor:g} GB/s floor, the lowest of any target ({lowest}'s; "
         f"components/facts/expectations.py) = {all_reduce_s:.0f} s, and "
         f"{defaults['read-mb']} MiB read at the {MIN_READ_MBPS:g} MiB/s floor = {read_s:.0f} s "
-        f"(components/ray/checks/cluster_check_script.py defaults): at most, a healthy cluster is "
+        f"(components/check/cluster_check_script.py defaults): at most, a healthy cluster is "
         "faster",
     )
 
 
 CLUSTER_CHECK_SCRIPT = (
-    Path(__file__).resolve().parents[1] / "components/ray/checks/cluster_check_script.py"
+    Path(__file__).resolve().parents[1] / "components/check/cluster_check_script.py"
 )
 
 

@@ -5,7 +5,7 @@
     python -m tools.curve --stack a4          # a deployed stack: reads its outputs
 
 The log is read from a file, or from Ray through the job provider's own transport
-(components/ray/ray_access.py: a configured address, or `kubectl port-forward` to the head
+(components/run/ray_access.py: a configured address, or `kubectl port-forward` to the head
 Service with the stack's kubeconfig; every request with a timeout and retries). Ray's Jobs API
 serves the driver log whole; the curve needs every step line from the first, so a tail would
 not do. Step lines are parsed by the provider's parser (grpo_job.last_metrics), one line at a
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.ray.grpo_job import last_metrics
+from components.run.grpo_job import last_metrics
 from tools import cli, plan
 
 # verl keys, panel titles and units; reward first.
@@ -94,7 +94,7 @@ def plot(series: dict[str, list[tuple[int, float]]], title: str, out: Path) -> P
 
 def log_from_ray(access: dict[str, Any], submission_id: str) -> str:
     """The job's driver log through the GrpoJob provider's transport."""
-    from components.ray.ray_access import RayJobs, RequestPolicy, open_dashboard
+    from components.run.ray_access import RayJobs, RequestPolicy, open_dashboard
 
     policy = RequestPolicy()
     with open_dashboard(access, policy) as dashboard:
@@ -135,7 +135,7 @@ def access_from_stack(stack: str) -> tuple[dict[str, Any], str]:
             "kubeconfig": outputs["kubeconfig"], "namespace": ray["namespace"],
             "service": ray["headService"], "port": ray["dashboardPort"],
         }
-        # The run's newest attempt is its own Ray job, `<run id>-a<N>` (components/ray/protocol.py),
+        # The run's newest attempt is its own Ray job, `<run id>-a<N>` (components/supervisor/protocol.py),
         # which job.dashboardPath (`/#/jobs/<attempt id>`) names.
         path = outputs["job"].get("dashboardPath") or ""
         submission_id = path.rsplit("/", 1)[-1] or outputs["job"]["submissionId"]

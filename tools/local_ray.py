@@ -377,7 +377,7 @@ def stop_shared(share: Path) -> None:
 
 def list_jobs(dashboard_url: str) -> list[dict]:
     """Every job record of the head. Ray fails a listing with a bare 500 when a record is deleted
-    while it reads them (components/ray/ray_access.py RayJobs.live_jobs), which on the shared
+    while it reads them (components/run/ray_access.py RayJobs.live_jobs), which on the shared
     head happens whenever another worker's test resubmits a run; the next listing is whole."""
     def listing() -> list[dict]:
         with urllib.request.urlopen(f"{dashboard_url}/api/jobs/", timeout=10) as reply:

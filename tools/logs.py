@@ -4,7 +4,7 @@
     python -m tools.logs --address http://127.0.0.1:8265 [--submission-id <id>]
 
 Reads the stack's outputs (`pulumi stack output`, as `make curve` does: tools/curve.py) and
-reaches Ray the way the GrpoJob provider does (components/ray/ray_access.py: `kubectl
+reaches Ray the way the GrpoJob provider does (components/run/ray_access.py: `kubectl
 port-forward` to the head Service with the stack's kubeconfig, written mode 600 and removed
 after; every request with a timeout and retries). The dashboard never leaves localhost.
 During the first `up` the stack has no outputs yet: `up` prints the port-forward command, and
@@ -37,7 +37,7 @@ def follow(
 ) -> str | None:
     """Print the job's log as it grows; return its terminal status (None: stopped following
     with `once`, or the job is unknown to Ray). `jobs` is a ray_access.RayJobs."""
-    from components.ray.ray_access import TERMINAL_STATUSES
+    from components.run.ray_access import TERMINAL_STATUSES
 
     printed = 0
     while True:
@@ -70,7 +70,7 @@ TRAINING_RESOURCE = "grpo"
 def live_training_job(jobs: Any) -> str:
     """The submission id of the GrpoJob's unfinished job on this Ray cluster (found by the
     metadata its provider submits it with), or UsageError."""
-    from components.ray.grpo_job import RESOURCE_KEY
+    from components.run.grpo_job import RESOURCE_KEY
 
     live = jobs.live_jobs({RESOURCE_KEY: TRAINING_RESOURCE})
     if not live:
@@ -82,7 +82,7 @@ def live_training_job(jobs: Any) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from components.ray.ray_access import RayAccessError, RayJobs, RequestPolicy, open_dashboard
+    from components.run.ray_access import RayAccessError, RayJobs, RequestPolicy, open_dashboard
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)

@@ -27,7 +27,7 @@ import yaml
 
 from components.facts.hardware import profile
 from components.messages import quoted
-from components.schema import pulumi_forms
+from components.forms import pulumi_forms
 from tools import cli, mockrun, plan_artifacts
 # What a render is written as, re-exported: the plan's public face for the tools and tests.
 from tools.plan_artifacts import (  # noqa: F401
@@ -137,7 +137,7 @@ def _read_project(path: Path) -> dict[str, Any]:
 
 def project_name() -> str:
     """The project's name (Pulumi.yaml's `name:`): the namespace of every key of the program
-    (components/schema/pulumi_forms.py), verl-gke unless `pulumi new` renamed it."""
+    (components/forms/pulumi_forms.py), verl-gke unless `pulumi new` renamed it."""
     return _project_document()["name"]
 
 
@@ -305,7 +305,7 @@ def _template_keys_hint(path: Path, ns: str, missing: list[str], config: dict[st
 
 def provider_twins(ns: str) -> dict[str, str]:
     """The program's keys (under project `ns`) that the Google provider has a twin of (the
-    program refuses a twin that disagrees with its own key: components/schema/pulumi_forms.py)."""
+    program refuses a twin that disagrees with its own key: components/forms/pulumi_forms.py)."""
     return {f"{ns}:{own}": theirs for theirs, own in pulumi_forms.PROVIDER_TWINS.items()}
 
 

@@ -324,7 +324,7 @@ READBACK: dict[str, ReadBack] = {
     "pulumi-python:dynamic/verl-gke:BucketIdentity": ReadBack(_DYNAMIC + "; create returns its inputs"),
     "pulumi-python:dynamic/verl-gke:DeletionProtection": ReadBack(_DYNAMIC + "; create returns its inputs"),
     # What create returns besides the inputs, as far as its diff reads it: a run being followed
-    # (a FAILED or STOPPED status would be resubmitted, components/ray/grpo_job.py diff).
+    # (a FAILED or STOPPED status would be resubmitted, components/run/grpo_job.py diff).
     "pulumi-python:dynamic/verl-gke:GrpoRun": ReadBack(
         _DYNAMIC, created_outputs={"status": "RUNNING"}),
     "pulumi-python:dynamic/verl-gke:ClusterCheckRun": ReadBack(

@@ -4,7 +4,7 @@
 
 For each stack and node count it prints two rows: the tutorial's settings (as the tutorial
 gives them for its own cluster, refused where verl would refuse them) and this program's
-defaults (components/schema/run_sizing.py), with the modelled time per step of rollout, compute,
+defaults (components/runspec/run_sizing.py), with the modelled time per step of rollout, compute,
 collectives and checkpoint writes, and the GPU-hours of a default run (GSM8K, 2 epochs). It is
 the justification of the defaults, not a benchmark: every rate is a datasheet peak times a stated
 efficiency, every count follows verl's code, and nothing here was measured on a GPU.
@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from components.facts.expectations import EXPECTATIONS
 from components.facts.hardware import PROFILES, HardwareProfile, Target, profile
 from components.facts.models import DEFAULT_MODEL, ModelShape
-from components.schema.run import GrpoRunConfig, resolve, run_problems
-from components.schema.run_env import runtime_env
-from components.schema.run_memory import kv_bytes_per_token
+from components.runspec.run import GrpoRunConfig, resolve, run_problems
+from components.runspec.run_env import runtime_env
+from components.runspec.run_memory import kv_bytes_per_token
 
 NODE_COUNTS = (2, 8, 32)
 # Assumptions, each an efficiency on a datasheet peak (components/facts/hardware.py GpuFacts).
@@ -107,7 +107,7 @@ def tutorial(hw: HardwareProfile) -> GrpoRunConfig:
 
 def program_mnnvl(hw: HardwareProfile) -> bool:
     """Whether the program's job runs FSDP over multi-node NVLink: its runtime env turns NCCL's
-    cuMem on (components/schema/run_env.py, NCCL_CUMEM_ENABLE=1 for a row whose NVLink domain
+    cuMem on (components/runspec/run_env.py, NCCL_CUMEM_ENABLE=1 for a row whose NVLink domain
     spans nodes), without which NCCL does not use MNNVL (verl up to v0.7 set it off)."""
     env = runtime_env(hw, hw.default_nodes)["env_vars"]
     return env.get("NCCL_CUMEM_ENABLE") == "1"

@@ -9,7 +9,7 @@ It writes, for that commit:
 - requirements.txt: verl's own, as its CI installs it on top of the image;
 - reward_data_sources.json: the `data_source` values verl's default reward scores
   (verl/utils/reward_score/__init__.py `default_compute_score`, read with `ast`): a dataset
-  whose rows name another needs a reward function of its own (components/schema/run_experiment.py).
+  whose rows name another needs a reward function of its own (components/runspec/run_experiment.py).
 The Python source itself is not kept (2 MB for the modules a run reaches): the index is what the
 check walks, and this command rebuilds it from the commit.
 """

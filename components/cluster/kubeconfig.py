@@ -1,7 +1,7 @@
 """How the program reaches a GKE cluster's API server: the kubeconfig and the provider's identity.
 
 The kubeconfig is what the Kubernetes provider, the dynamic providers' `kubectl port-forward`
-(components/ray/ray_access.py and kube.py, which write it to a private temp file) and `make
+(components/run/ray_access.py and kube.py, which write it to a private temp file) and `make
 logs`/`make curve` use; it reaches the DNS-based endpoint, or with `controlPlaneCidrs` the IP
 endpoint (components/cluster/gke_cluster.py decides which). The provider's identity
 (`provider_identity`) decides when pulumi-kubernetes replaces the provider and every object in

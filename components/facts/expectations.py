@@ -58,7 +58,7 @@ _NIC_GBPS = 400
 # A healthy cluster's share of that bound: Cluster Toolkit's published NCCL result for its
 # gke-a4 blueprint (GoogleCloudPlatform/cluster-toolkit examples/gke-a4/README.md, "Deploy and
 # run NCCL test", commit 2c54caab): two a4-highgpu-8g nodes, 16 ranks, all-gather, out-of-place
-# busbw 358.32 GB/s at 1 GiB, the check's message size (components/ray/checks/
+# busbw 358.32 GB/s at 1 GiB, the check's message size (components/check/
 # cluster_check_script.py runs 1024 MiB), and 366.29 GB/s at 8 GiB: 358.32 / 400 = 0.896.
 # Bus bandwidth makes all-gather and all-reduce comparable (both are bounded by the same NICs);
 # the all-reduce figure at that size is taken to be the same (an assumption). A3 Ultra has the

@@ -66,7 +66,7 @@ class GpuFacts:
 class TutorialJob:
     """The tutorial's GRPO job for a target, as it gives it for its own cluster (2 x 8 or 4 x 4
     GPUs; TUTORIAL.md, "GrpoJob"): what the derived defaults keep (the optimizer steps per RL step,
-    `val_before_train`; components/schema/run_sizing.py) and the step model's comparison row
+    `val_before_train`; components/runspec/run_sizing.py) and the step model's comparison row
     (tools/step_model.py `tutorial`)."""
 
     train_batch_size: int

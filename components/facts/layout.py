@@ -11,7 +11,7 @@ TRAIN_FILES = f"{GSM8K_DIR}/train.parquet"
 VAL_FILES = f"{GSM8K_DIR}/test.parquet"
 HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
 # Every run's checkpoints, one directory per run (`<runName>-<N>gpu-<digest>`, see
-# components/schema/run.py). Outside VERL_DIR, so re-staging verl's source never touches them;
+# components/runspec/run.py). Outside VERL_DIR, so re-staging verl's source never touches them;
 # `gs://<bucket>/checkpoints/<run>` holds one run.
 # The Ray pods mount the bucket a second time here, with GCS FUSE options for checkpoint writes
 # (components/storage/gcs_fuse_storage.py MountUse.CHECKPOINTS); /data keeps the options for

@@ -109,7 +109,7 @@ NVIDIA_DRA_DRIVER = HelmChart(
     chart="nvidia-dra-driver-gpu", repo="https://helm.ngc.nvidia.com/nvidia", version="25.3.1"
 )
 
-# --- VerlRayCluster (components/ray/verl_ray_cluster.py) ---
+# --- VerlRayCluster (components/raycluster/verl_ray_cluster.py) ---
 # KubeRay operator for A4X, where the GKE Ray add-on is not used (the tutorial installs the
 # namespace-scoped Helm chart with no version, i.e. whatever is newest on the day). 1.7.0 is the
 # newest stable release (tag v1.7.0, 2026-08-20; the Ray docs install exactly
@@ -192,7 +192,7 @@ STAGING_WHEELS = (
     "tzdata==2026.6",
 )
 
-# --- RunSupervisor (components/ray/supervision.py) ---
+# --- RunSupervisor (components/run/supervision.py) ---
 # The supervisor's image: the Docker official Python image. Its script uses the standard library
 # only (urllib, json, ssl), so nothing beyond the interpreter is needed, and a ~50 MB slim image
 # starts in seconds on the system pool every tick instead of the ~25 GB verl image. An exact

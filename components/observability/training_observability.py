@@ -33,7 +33,7 @@ from components.observability.dashboard import DCGM_METRICS
 from components.observability.scope import Scope
 from components.observability.training_log import Kind, LogMetric, log_metrics as all_metrics
 from components.options import child_options, fixed_name
-from components.schema.pulumi_forms import Key
+from components.forms.pulumi_forms import Key
 
 # GPU utilisation under this percentage, for this long, while verl's TaskRunner actor is alive,
 # means the run is stuck (an NCCL hang, a dead rollout worker), not slow.

@@ -3,6 +3,7 @@
 These are invokes (data sources), which Pulumi runs at `pulumi preview` as well as at `up`, so a
 pull-request preview already says what would fail. Every problem is reported together, as a
 ConfigError naming the key to change and the fix; nothing has been created when it is raised.
+Imported by __main__.py; it imports the cluster, the config and the facts below it.
 
 - apis.py: the Google APIs the stack uses are enabled.
 - the GKE version a new cluster gets (components/preflight/gke_version.py).
@@ -31,8 +32,8 @@ from components.preflight import apis, bucket, capacity
 from components.preflight.bucket import ExistingBucket, adoption_problems
 from components.preflight.reads import together
 from components.schema.config import ConfigError, StackConfig
-from components.schema.pulumi_forms import Key
-from components.schema.run_experiment import image_warnings, job_key
+from components.forms.pulumi_forms import Key
+from components.runspec.run_experiment import image_warnings, job_key
 
 # What each read of the first round asks, as a failure message names it ({key} under the
 # project's name when it is shown).

@@ -18,11 +18,12 @@ import pulumi_gcp as gcp
 from components.facts.layout import DATA_MOUNT
 from components.messages import quoted
 from components.preflight.reads import later, together
-from components.schema import names, run_experiment
+from components.runspec import run_experiment
+from components.schema import names
 from components.schema.config import StackConfig
-from components.schema.pulumi_forms import Key
-from components.schema.run import GrpoRunConfig
-from components.schema.run_inputs import is_gs, mounted
+from components.forms.pulumi_forms import Key
+from components.runspec.run import GrpoRunConfig
+from components.runspec.run_inputs import is_gs, mounted
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def adoption_problems(bucket: ExistingBucket, config: StackConfig) -> list[str]:
 # --- The run's files in the bucket, checked at preview ------------------------------------------
 # A gs:// working directory or file, and a /data/... file of the user's own, are objects of the
 # stack's bucket: listed here (their directory's objects, for "did you mean") and, for the
-# reward file, read and checked as a local one is (components/schema/run_experiment.py). A
+# reward file, read and checked as a local one is (components/runspec/run_experiment.py). A
 # parquet file's columns are not read here: the provider reads an object whole.
 OBJECTS = "gcp:storage/getBucketObjects:getBucketObjects"
 CONTENT = "gcp:storage/getBucketObjectContent:getBucketObjectContent"

@@ -34,7 +34,7 @@ from components.cluster.gke_cluster import SYSTEM_MACHINE_TYPE, SYSTEM_NODES
 from components.schema.choices import Capacity
 from components.preflight.reads import later
 from components.schema.config import StackConfig
-from components.schema.pulumi_forms import Key
+from components.forms.pulumi_forms import Key
 
 C2_CPU_QUOTA = "C2-CPUS-per-project-region"
 # The system pool's upgrade surge: nodes created beside the old ones while GKE upgrades or

@@ -35,7 +35,7 @@ from typing import Awaitable
 import pulumi_gcp as gcp
 
 from components.preflight.reads import later
-from components.schema.pulumi_forms import Key
+from components.forms.pulumi_forms import Key
 
 CHANNEL = "REGULAR"
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)(?:-gke\.(\d+))?")

@@ -40,9 +40,9 @@ import pulumi
 from components.facts.layout import DATA_MOUNT
 from components.facts.models import DEFAULT_MODEL, ModelShape, UnreadMoe
 from components.schema.config import ConfigError, StackConfig
-from components.schema.pulumi_forms import Key
-from components.schema.run import GrpoRunConfig, run_problems
-from components.schema.run_inputs import is_gs, mounted
+from components.forms.pulumi_forms import Key
+from components.runspec.run import GrpoRunConfig, run_problems
+from components.runspec.run_inputs import is_gs, mounted
 from components.schema.staging import model_path
 
 HUB_URL = "https://huggingface.co/{model_id}/resolve/{revision}/{file}"

@@ -26,9 +26,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
 from components.messages import quoted
-from components.schema import hydra_overrides, pulumi_forms
+from components.forms import hydra_overrides, pulumi_forms
 from components.schema.config_checks import cross_field_problems
-from components.schema.pulumi_forms import namespace
+from components.forms.pulumi_forms import namespace
 # The model, re-exported: most code and the tests import it from here.
 from components.schema.stack_config import (  # noqa: F401
     CONFIG_SCHEMA_PATH,

@@ -20,9 +20,9 @@ from components.messages import quoted
 from components.schema import names
 from components.schema.choices import Capacity
 from components.schema.observability import observability_problems
-from components.schema.pulumi_forms import namespace
-from components.schema.run import brought_problems, run_problems
-from components.schema.run_experiment import experiment_problems, job_key
+from components.forms.pulumi_forms import namespace
+from components.runspec.run import brought_problems, run_problems
+from components.runspec.run_experiment import experiment_problems, job_key
 from components.schema.staging import staging_problems
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import re
 from typing import Protocol
 
 from components.messages import quoted
-from components.schema.pulumi_forms import Key
+from components.forms.pulumi_forms import Key
 
 CHANNEL_KEY = Key("alertNotificationChannel")  # under the project's name
 NO_STEP_KEY = Key("noStepAlertMinutes")

@@ -17,7 +17,7 @@ from pydantic.alias_generators import to_camel
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
 from components.schema import names
 from components.schema.choices import Capacity, ClusterMode
-from components.schema.run import GrpoRunConfig
+from components.runspec.run import GrpoRunConfig
 from components.schema.staging import StagingConfig, model_path
 
 _NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"

@@ -14,7 +14,7 @@ from pydantic.alias_generators import to_camel
 from components.facts import pins
 from components.facts.layout import DATA_MOUNT
 from components.messages import quoted
-from components.schema.pulumi_forms import Key
+from components.forms.pulumi_forms import Key
 
 CONFIG_KEY = Key("staging")  # `<project>:staging`, under the project's name
 # The image pull, the pinned wheels and verl's clone take a few minutes before any model byte.

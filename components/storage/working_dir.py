@@ -1,7 +1,7 @@
 """WorkingDirUpload: a local working directory, uploaded to the training bucket by content.
 
 Each file becomes one `gcp.storage.BucketObject` at `workdirs/<digest>/<its relative path>`,
-the digest being that of every file's name and bytes (components/schema/run_inputs.py
+the digest being that of every file's name and bytes (components/runspec/run_inputs.py
 tree_digest). An unchanged directory names the same objects with the same content, so `up`
 uploads nothing; a changed one names new objects under a new prefix (an object's `name` and
 `source` force a replacement: google-beta/services/storage/resource_storage_bucket_object.go:71-76
@@ -25,7 +25,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.options import child_options, fixed_name
-from components.schema.run_inputs import local_files, tree_digest, uploaded_dir
+from components.runspec.run_inputs import local_files, tree_digest, uploaded_dir
 
 TYPE_TOKEN = "verl-gke:index:WorkingDirUpload"
 

@@ -13,8 +13,8 @@ import urllib.error
 from pathlib import Path
 from typing import Any
 
-from components.ray.protocol import MARK_KEY, RECORD_KEY
-from components.ray.supervisor import check_suspended, parse_state
+from components.supervisor.protocol import MARK_KEY, RECORD_KEY
+from components.supervisor.supervisor import check_suspended, parse_state
 
 
 class FileCluster:

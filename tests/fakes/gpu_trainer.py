@@ -6,7 +6,7 @@ actor that asks for a GPU; a test head has none (tools/local_ray.py starts it wi
 head (Ray runs an entrypoint without entrypoint resources on the head node, ray-2.47.0
 dashboard/modules/job/job_manager.py _get_scheduling_strategy). Each step is a call to that
 actor, followed by a step line as the pinned verl prints it (components/facts/verl.py; the
-program reads the step from the log, components/ray/protocol.py last_metrics).
+program reads the step from the log, components/supervisor/protocol.py last_metrics).
 
 --hold-until FILE: after --steps steps, the driver waits on a call to the actor until FILE exists,
 as verl's driver waits on its workers; an attempt whose node is lost meanwhile fails there (Ray

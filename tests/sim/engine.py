@@ -23,9 +23,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.ray.cluster_check import ClusterCheckProvider
-from components.ray.job_provider import PROVIDER_VERSION, GrpoJobProvider
-from components.ray.ray_access import RequestPolicy
+from components.check.cluster_check import ClusterCheckProvider
+from components.run.job_provider import PROVIDER_VERSION, GrpoJobProvider
+from components.run.ray_access import RequestPolicy
 from tests.sim.verl import Bucket
 from tests.sim.world import (
     DASHBOARD, HEAD_SERVICE, NAMESPACE, RAY_CLUSTER, STATE, Actor, Killed, World,
@@ -250,7 +250,7 @@ class Engine:
 
     # --- helpers ---------------------------------------------------------------------------------
     def _validate(self) -> None:
-        from components.schema.lifecycle import RunLifecycle  # noqa: PLC0415
+        from components.runspec.lifecycle import RunLifecycle  # noqa: PLC0415
         try:
             RunLifecycle(keep_checkpoints=self.config.keep, max_retries=self.config.max_retries,
                          max_preemptions=self.config.max_preemptions,

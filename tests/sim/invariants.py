@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from components.facts import verl
-from components.ray.protocol import SETTLE_S
+from components.supervisor.protocol import SETTLE_S
 
 INVARIANTS = {
     "one-live-attempt": "never two live attempts of one run",

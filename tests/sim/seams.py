@@ -152,9 +152,9 @@ def _pod_open(world: Any):
 @contextlib.contextmanager
 def installed(world: Any) -> Iterator[None]:
     """Every seam answered by `world`, in every loaded components module; undone on exit."""
-    import components.ray.supervisor  # noqa: F401  (loaded, so that it is patched)
-    import components.ray.job_provider  # noqa: F401
-    import components.ray.cluster_check  # noqa: F401
+    import components.supervisor.supervisor  # noqa: F401  (loaded, so that it is patched)
+    import components.run.job_provider  # noqa: F401
+    import components.check.cluster_check  # noqa: F401
     import pulumi.log
 
     saved: list[tuple[Any, str, Any]] = []

@@ -2,7 +2,7 @@
 
 Training (the pinned verl, whose lines and layout come from components/facts/verl.py, as
 tests/fakes/verl_trainer.py prints them for the tests): the entrypoint first prunes old
-checkpoints with the program's own shell (components/schema/lifecycle.py prune_command, run here
+checkpoints with the program's own shell (components/runspec/lifecycle.py prune_command, run here
 by bash on a directory that mirrors the bucket), then verl logs its phases (verl.PHASES: the
 step count once the data is loaded, then the end of the workers' and the rollout engine's
 start), resumes from the step the tracker names (verl.RESUMED, or verl.FROM_SCRATCH), and logs
@@ -15,7 +15,7 @@ The export (verl.model_merger, tests/fakes/model_merger.py) reads the tracked st
 and fails if it is missing.
 The training's actors run on the GPU worker (tests/sim/ray_state.py lists them): the TaskRunner
 (main_ppo.py:80, `ray.remote(num_cpus=1)`, "make sure main_task is not scheduled on head"; the
-head starts with num-cpus 0, components/ray/ray_cluster_spec.py) and one WorkerDict per GPU
+head starts with num-cpus 0, components/raycluster/ray_cluster_spec.py) and one WorkerDict per GPU
 (single_controller/ray/base.py:979-998 create_colocated_worker_cls; placed in placement groups
 of GPU bundles, :116-134 get_placement_groups, :516 _init_with_resource_pool). While no worker
 runs, the TaskRunner waits to be scheduled and the driver prints nothing more.
@@ -30,7 +30,7 @@ import tempfile
 from typing import Any
 
 from components.facts import verl
-from components.schema.lifecycle import prune_command
+from components.runspec.lifecycle import prune_command
 from tests.sim.ray_state import GPUS
 
 STEP_S = 60.0  # one training step (the first comes STEP_S after the phases): scaled down

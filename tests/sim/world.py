@@ -5,7 +5,7 @@ is tests/sim/engine.py.
 Interleavings: the clock advances only when an actor sleeps or does I/O (every call costs
 LATENCY_S). A due CronJob tick runs at that moment, whole, inside the other actor's wait: so a
 tick can fall between any two calls the provider makes. Ticks never overlap (`concurrencyPolicy:
-Forbid`, components/ray/supervision.py): one due while another runs is skipped.
+Forbid`, components/run/supervision.py): one due while another runs is skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import requests
 
-from components.ray import supervisor
+from components.supervisor import supervisor
 from tests.sim import kube_model, verl
 from tests.sim.invariants import Observer
 from tests.sim.kube_model import SimKube
@@ -113,7 +113,7 @@ class Cron:
             self.tick()
 
     def tick(self) -> None:
-        """Start a tick: `python -m components.ray.supervisor` in a pod of its own."""
+        """Start a tick: `python -m components.supervisor.supervisor` in a pod of its own."""
         world = self.world
         self.running, self.ticks = True, self.ticks + 1
         actor = Actor("tick", self.run, world.faults.pop("tick", None))
