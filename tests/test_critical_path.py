@@ -7,10 +7,14 @@ NetworkPolicy install while GPU nodes are created; only the RayCluster waits for
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
+
 import pytest
 
 from tests.conftest import STACK_MODES, rendered
-from tools import critical_path, plan
+from tools import critical_path, mockrun, plan
 from tools.critical_path import FINAL, RAY_CLUSTER, depends_transitively
 
 GPU_POOL = ("gcp:container/nodePool:NodePool", "gpu-pool")
@@ -87,18 +91,29 @@ def test_the_critical_path_is_a_chain_of_waits_to_the_first_step(stack, mode):
 
 
 @pytest.mark.parametrize(("stack", "mode"), STACK_MODES)
-def test_staging_ends_before_the_gpu_branch_and_is_off_the_critical_path(stack, mode):
-    """The path to the first step runs through the cluster, the GPU nodes and the RayCluster,
-    never through staging, whose branch ends first: with the estimate's throughput, and with
-    half of it, so an estimate off by 2x still leaves the GPUs never waiting for the model."""
+def test_staging_ends_before_the_gpu_branch_on_a_fresh_project(stack, mode):
+    """On a fresh project (the image pulled, not streamed) the path runs through the cluster,
+    the GPU nodes and the RayCluster, never through staging, whose branch ends first."""
     _, recording = rendered(stack, mode)
     names = [step.resource.name for step in critical_path.critical_path(recording)]
     assert "staging-job" not in names and "ray-ray-cluster" in names
     ray_ready = critical_path.critical_path(recording, RAY_CLUSTER)[-1].done_at
     staging_ready = critical_path.staging_done_at(recording)
     assert staging_ready is not None and staging_ready < ray_ready
-    model = critical_path.MODEL_GB * 1000 / critical_path.staging_mbps() / 60
-    assert staging_ready + model < ray_ready  # the model part twice as long
+
+
+def test_staging_takes_the_path_once_the_image_streams():
+    """With a streamed image the GPU branch shrinks below staging's (FIRST-STEP-FLOOR 4.11):
+    the check then waits for staging, and the path shows it, with its own figures."""
+    _, recording = rendered("a4", "standard")
+    f = dataclasses.replace(critical_path.facts(recording), warm_image=True)
+    chain = critical_path.critical_path(recording, f=f)
+    ray_ready = critical_path.critical_path(recording, RAY_CLUSTER, f=f)[-1].done_at
+    staging = critical_path.staging_step(recording, f)
+    if staging.done_at > ray_ready:
+        assert "staging-job" in [step.resource.name for step in chain]
+    else:
+        assert "staging-job" not in [step.resource.name for step in chain]
 
 
 def test_staging_throughput_is_bounded_by_its_sources():
@@ -108,8 +123,20 @@ def test_staging_throughput_is_bounded_by_its_sources():
     ceilings = (critical_path.HF_TRANSFER_MBPS, critical_path.NODE_MBPS, critical_path.PIPELINE_MBPS)
     assert mbps <= min(ceilings)
     assert critical_path.staging_mbps(workers=1) < mbps
-    duration = critical_path.DURATIONS[critical_path.STAGING_JOB]
+    duration = critical_path.staging_duration(autopilot=False)
     assert f"{mbps:.0f} MB/s" in duration.source and "hf_transfer" in duration.source
+
+
+def test_staging_parallelism_is_read_from_the_code(monkeypatch):
+    """Staging's rate follows model_staging.DOWNLOAD_WORKERS as the code sets it, not a copy:
+    more files at once, a faster staging and an earlier end of its branch."""
+    from components.storage import model_staging
+
+    before = critical_path.staging_duration(autopilot=False).minutes
+    monkeypatch.setattr(model_staging, "DOWNLOAD_WORKERS", model_staging.DOWNLOAD_WORKERS * 2)
+    after = critical_path.staging_duration(autopilot=False)
+    assert after.minutes < before
+    assert f"{model_staging.DOWNLOAD_WORKERS} files at once" in after.source
 
 
 def test_the_cluster_check_estimate_comes_from_its_script():
@@ -117,35 +144,290 @@ def test_the_cluster_check_estimate_comes_from_its_script():
     not a placeholder: it names them and takes more than Ray's start-up alone."""
     defaults = critical_path._script_defaults(critical_path.CLUSTER_CHECK_SCRIPT)
     assert {"size-mb", "iters", "read-mb"} <= set(defaults)
-    duration = critical_path.DURATIONS[critical_path.CLUSTER_CHECK]
+    duration = critical_path.cluster_check_duration("a4")
     assert duration.minutes > 1
-    assert f"{defaults['read-mb']} MiB" in duration.source
-    assert f"{defaults['size-mb']} MiB" in duration.source
+    assert f"{defaults['read-mb']:g} MiB" in duration.source
+    assert f"{defaults['size-mb']:g} MiB" in duration.source
 
 
-def test_every_duration_says_where_it_comes_from():
-    """A figure is cited, marked as an assumption, or an estimate that names its figures."""
-    for key, duration in critical_path.DURATIONS.items():
-        assert duration.minutes > 0, key
-        marked = duration.source.startswith(("assumption:", "estimate:"))
-        cited = marked or "cloud.google.com" in duration.source
-        assert cited, key
+@pytest.mark.parametrize("target", ["a4", "a3u", "a4x"])
+def test_the_check_quotes_the_stacks_own_fabric_floor_and_durations_as_they_are(target):
+    """RE-16: the all-reduce is timed at this target's own floor, which the text names as its
+    own, and a duration under a second prints as it is (`0.4 s`), never as `0 s`."""
+    from components.facts.expectations import EXPECTATIONS
+
+    source = critical_path.cluster_check_duration(target).source
+    assert f"at {target}'s own {EXPECTATIONS[target].min_busbw_gbs:g} GB/s" in source
+    assert "lowest of any target" not in source
+    assert " 0 s" not in source and re.search(r"\d\.\d s at most", source)
+
+
+def _cited(source: str) -> bool:
+    """An assumption, an estimate that names its figures, or a citation (a page, a file, an
+    issue)."""
+    return ("assumption" in source or source.startswith("estimate:")
+            or re.search(r"[\w-]+\.(com|md|py|go|yaml)\b|#\d+", source) is not None)
+
+
+@pytest.mark.parametrize(("stack", "mode"), STACK_MODES)
+def test_every_phase_says_where_its_figure_comes_from(stack, mode):
+    """Each phase on the path and on staging's branch is cited, an estimate naming its
+    figures, or marked as an assumption."""
+    _, recording = rendered(stack, mode)
+    steps = critical_path.critical_path(recording) + [critical_path.staging_step(recording)]
+    for step in steps:
+        for phase in step.duration.phases:
+            assert _cited(phase.source), (step.resource.name, phase)
+
+
+@pytest.mark.parametrize(("stack", "mode"), STACK_MODES)
+def test_the_long_boxes_are_split_into_their_phases(stack, mode):
+    """The GPU nodes (VMs to registered, driver), the RayCluster (image, Ray start) and the
+    run (imports, the weight read, vLLM, the first step) are phases of their own, each closed
+    by a milestone the job's timeline records."""
+    _, recording = rendered(stack, mode)
+    phases = [p for step in critical_path.critical_path(recording) for p in step.duration.phases]
+    by_milestone = {}
+    for phase in phases:
+        by_milestone.setdefault(phase.milestone, []).append(phase.what)
+    assert any("GPU VMs" in w for w in by_milestone[critical_path.REGISTERED])
+    assert any("driver" in w for w in by_milestone[critical_path.ALLOCATABLE])
+    assert any(w.startswith("image:") for w in by_milestone[critical_path.PULLED])
+    assert any("Ray head" in w for w in by_milestone[critical_path.RAY_READY])
+    run = by_milestone[critical_path.FIRST_STEP]
+    for part in ("imports", "reads the 66 GB", "vLLM", "first rollout and update"):
+        assert any(part in w for w in run), part
+
+
+# --- The levers: each built into (or filtered out of) a recorded plan, so that each figure is
+# seen to move for its lever's reason whichever of them the program has. ---
+
+
+def _copy(recording):
+    return dataclasses.replace(recording, resources=list(recording.resources))
+
+
+def _without(recording, match):
+    copy = _copy(recording)
+    copy.resources = [r for r in copy.resources if not match(r)]
+    return copy
+
+
+def _is_prepull(resource):
+    return resource.type == critical_path.DAEMON_SET and critical_path._is_prepull(resource)
+
+
+def _with_prepull(recording, head: bool):
+    """The plan with the pre-pull DaemonSet as the program creates it: after the Kubernetes
+    provider (the system pool), on the GPU nodes and, with `head`, the system pool."""
+    from components.cluster.gke_cluster import SYSTEM_POOL
+
+    copy = _without(recording, _is_prepull)
+    provider = copy.one("pulumi:providers:kubernetes")
+    terms = [{"matchExpressions": [{"key": "cloud.google.com/gke-accelerator"}]}]
+    if head:
+        terms.append({"matchExpressions": [{"key": "cloud.google.com/gke-nodepool",
+                                            "values": [SYSTEM_POOL]}]})
+    copy.resources.append(mockrun.Registered(
+        urn=f"{provider.urn}$DaemonSet::{critical_path.PREPULL}", type=critical_path.DAEMON_SET,
+        name=critical_path.PREPULL, parent=None, custom=True,
+        inputs={"metadata": {"name": critical_path.PREPULL},
+                "spec": {"template": {"spec": {"affinity": {"nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": terms}}}}}}},
+        dependencies=frozenset({provider.urn}),
+        options=mockrun.Options(provider=provider.urn),
+    ))
+    return copy
+
+
+def _with_prewarm(recording):
+    """The plan with an image-streaming prewarm after the mirror's repository."""
+    copy = _copy(recording)
+    repository = copy.one("gcp:artifactregistry/repository:Repository")
+    copy.resources.append(mockrun.Registered(
+        urn=f"{repository.urn}$ImagePrewarm::{critical_path.PREWARM}",
+        type="pulumi-python:dynamic/verl-gke:ImagePrewarm", name=critical_path.PREWARM,
+        parent=None, custom=True, inputs={}, dependencies=frozenset({repository.urn}),
+    ))
+    return copy
+
+
+def _phase(recording, starts: str):
+    """The first phase named `starts` on the path to the RayCluster or to the first step."""
+    walk = critical_path.Walk(recording)
+    steps = walk.chain(RAY_CLUSTER) + walk.chain()
+    phases = [p for s in steps for p in s.duration.phases]
+    return next(p for p in phases if p.what.startswith(starts))
+
+
+def _total(recording) -> float:
+    return critical_path.critical_path(recording)[-1].done_at
+
+
+@pytest.mark.parametrize("stack", ["a4", "a3u", "a4x"])
+def test_the_prepull_daemonset_starts_the_pull_at_node_registration(stack):
+    """Without the DaemonSet the GPU nodes pull the whole image once their pods are scheduled,
+    after the driver; with it they pull from registration (under the driver), and on a4/a3u
+    from a repository its system-pool pod has already made fetch the layers from Docker Hub:
+    the image phase, the RayCluster and the first step come earlier, and the phase says why."""
+    _, recording = rendered(stack, "standard")
+    without = _without(recording, _is_prepull)
+    image = _phase(without, "image:")
+    assert image.minutes == critical_path.FIRST_PULL and "no verl-image-prepull" in image.what
+
+    gpu_only = _with_prepull(recording, head=False)
+    pulled = _phase(gpu_only, "image:")
+    assert "from node registration" in pulled.what and critical_path.PREPULL in pulled.what
+    # The pull overlaps the driver and the RayCluster's creation: it saves at least the driver.
+    saved = image.minutes - pulled.minutes
+    assert saved >= critical_path.DRIVER.minutes
+    assert _total(gpu_only) == pytest.approx(_total(without) - saved, abs=0.01)
+
+    with_head = _with_prepull(recording, head=True)
+    in_region = _phase(with_head, "image:")
+    assert "in-region repository" in in_region.what
+    assert in_region.minutes < pulled.minutes
+    assert _total(with_head) < _total(gpu_only)
+
+
+@pytest.mark.parametrize("stack", ["a4", "a4x"])
+def test_a_prewarm_turns_the_first_pull_into_a_stream(stack):
+    """With the image in the streaming cache before the nodes ask, the image phase is a stream
+    (seconds to container start, GKE's blog) and the run pays lazy reads at import (GKE's
+    limitation); without streaming on the nodes the prewarm changes nothing."""
+    _, recording = rendered(stack, "standard")
+    pulled = _without(recording, _is_prepull)
+    prewarmed = _with_prewarm(pulled)
+    image = _phase(prewarmed, "image:")
+    assert "prewarmed stream" in image.what and image.minutes == critical_path.STREAMED
+    assert _phase(prewarmed, "imports read lazily").minutes == critical_path.LAZY_READS.minutes
+    assert _total(prewarmed) < _total(pulled) - 5
+    if stack == "a4x":
+        assert "arm64" in image.source and "assumption" in image.source
+    # Streaming off on the GPU pool: the prewarm serves nothing.
+    copy = _copy(prewarmed)
+    pool = copy.one(*GPU_POOL)
+    config = {**pool.inputs["nodeConfig"], "gcfsConfig": {"enabled": False}}
+    copy.resources[copy.resources.index(pool)] = dataclasses.replace(
+        pool, inputs={**pool.inputs, "nodeConfig": config})
+    assert _phase(copy, "image:").minutes == critical_path.FIRST_PULL
+    assert "streaming only" in _phase(copy, "image:").source
+
+
+def test_a_one_node_default_pool_shortens_the_clusters_create():
+    """The Cluster's transient default pool is one node per zone of its node_locations (three
+    zones of the region without them); one node deletes faster, and the phase says how many."""
+    _, recording = rendered("a4", "standard")
+    cluster = recording.one(critical_path.CLUSTER)
+    for zones, nodes in ((["us-central1-b"], 1), (None, critical_path.DEFAULT_ZONES)):
+        copy = _copy(recording)
+        copy.resources[copy.resources.index(cluster)] = dataclasses.replace(
+            cluster, inputs={**cluster.inputs, "nodeLocations": zones})
+        box = critical_path.critical_path(copy)[2].duration
+        assert any(f"{nodes} node" in p.what for p in box.phases)
+        if nodes == 1:
+            one_node = box.minutes
+        else:
+            assert box.minutes > one_node
+
+
+def test_the_weight_read_is_bounded_by_the_checks_read_floor(monkeypatch):
+    """The actor's one read of the weights takes the model's size at the cluster check's read
+    floor, read from the code: a raised floor shortens it in proportion, and the phase says it
+    is a bound set by the check."""
+    _, recording = rendered("a4", "standard")
+    read = _phase(recording, "actor rank 0 reads")
+    monkeypatch.setattr(critical_path, "MIN_READ_MBPS", critical_path.MIN_READ_MBPS * 2)
+    faster = _phase(recording, "actor rank 0 reads")
+    assert faster.minutes == pytest.approx(read.minutes / 2, abs=0.01)
+    assert "read floor" in faster.source and "a bound" in faster.source
+
+
+@pytest.mark.parametrize(("stack", "validates"), [("a4", False), ("a3u", False), ("a4x", True)])
+def test_a_validation_pass_is_counted_where_the_run_does_one(stack, validates):
+    """The run's resolved config says whether verl validates before step 1: a4/a3u turn it off,
+    A4X leaves it to verl (True); its figure is the step model's rollout of GSM8K's test
+    split. The first step itself is the step model's."""
+    _, recording = rendered(stack, "standard")
+    f = critical_path.facts(recording)
+    assert f.val_before_train is validates
+    whats = [p.what for p in critical_path.run_duration(f).phases]
+    assert ("validation before step 1" in whats) is validates
+    assert "tools/step_model.py" in f.first_step.source and f.first_step.minutes > 0
+
+
+@pytest.mark.parametrize("capacity", ["spot", "flex-start"])
+def test_spot_and_flex_start_wait_for_capacity_without_bound(capacity):
+    """Spot: the pool's create waits for the VMs, up to its timeout; flex-start: the pool
+    returns with no node and the RayCluster carries the wait and the VMs, up to its own
+    timeout. Both say there is no bound but the timeout, and the total holds only with
+    capacity."""
+    ns = plan.project_name()
+    _, recording = plan.run_program(
+        "a3u", overrides={f"{ns}:provisioning": capacity, f"{ns}:reservation": ""})
+    f = critical_path.facts(recording)
+    chain = critical_path.critical_path(recording)
+    boxes = {step.resource.name: step.duration for step in chain}
+    wait = critical_path.capacity_phase(f)
+    assert wait.minutes == 0 and wait.source.startswith("no bound")
+    holder = "gpu-pool" if capacity == "spot" else "ray-ray-cluster"
+    assert wait in boxes[holder].phases
+    assert critical_path.GPU_VMS in boxes[holder].phases
+    limit = f.pool_timeout_min or critical_path.PROVIDER_POOL_TIMEOUT_MIN
+    expected = limit if capacity == "spot" else f.ray_timeout_min
+    assert f"{expected:g} min" in wait.source
+    text = critical_path.report("a3u", None, chain, chain[-1].done_at, None, f)
+    assert f"with {capacity} capacity available" in text and "Capacity: no bound" in text
 
 
 def test_the_report_names_the_path_and_the_estimate():
-    """What `make critical-path` prints: each step with its finish time, the estimate, sources,
-    and staging's own branch with its estimate."""
+    """What `make critical-path` prints: each step with its finish time and each phase with its
+    figure and source, the estimate, staging's own branch, the levers read from the plan and
+    the open assumptions."""
     _, recording = rendered("a4x", "standard")
+    f = critical_path.facts(recording)
     chain = critical_path.critical_path(recording)
     ray_ready = critical_path.critical_path(recording, RAY_CLUSTER)[-1].done_at
     staging = critical_path.staging_step(recording)
-    text = critical_path.report("a4x", None, chain, ray_ready, staging)
-    assert f"Estimate to the first training step: {chain[-1].done_at:.0f} min" in text
+    text = critical_path.report("a4x", None, chain, ray_ready, staging, f)
+    assert f"Estimate to the first training step: {chain[-1].done_at:.1f} min" in text
     assert "gke-cluster" in text and "assumption:" in text
     assert ray_ready < chain[-1].done_at
-    # Staging is off the path, so its estimate is shown on its own, with its sources.
-    assert f"staging is done after {staging.done_at:.0f} min" in text
-    assert f"Staging, on its own branch: +{staging.duration.minutes:g} min, estimate:" in text
+    assert f"staging is done after {staging.done_at:.1f} min" in text
+    if staging.resource.name not in [s.resource.name for s in chain]:
+        assert f"Staging, on its own branch: +{staging.duration.minutes:g} min" in text
+    for phase in chain[-1].duration.phases:
+        assert f"+{phase.minutes:<6g}{phase.what}: {phase.source}" in text
+    assert "Levers read from the plan and the code:" in text and critical_path.PREPULL in text
+    assert "Open assumptions on this path" in text and "control plane: 6.5 min" in text
+
+
+def test_measured_timestamps_replace_the_models_segments(tmp_path, capsys):
+    """A real `up`'s timeline (the job's output) replaces each segment it brackets; a missing
+    timestamp keeps the model's figure for its segment and the next, and says so; without
+    `--started` the control plane stays the model's."""
+    _, recording = rendered("a4", "standard")
+    chain = critical_path.critical_path(recording)
+    timeline = {
+        "clusterCreated": "2026-12-01T10:08:00Z", "gpuNodesRegistered": "2026-12-01T10:15:00Z",
+        "gpusAllocatable": "2026-12-01T10:16:00Z", "imagePulled": None,
+        "rayClusterReady": "2026-12-01T10:25:30Z", "jobStarted": "2026-12-01T10:27:00Z",
+        "firstStep": "2026-12-01T10:33:00Z",
+    }
+    started = critical_path._at("2026-12-01T10:00:00Z")
+    rows = {r["milestone"]: r for r in critical_path.measured_segments(chain, timeline, started)}
+    assert rows["clusterCreated"]["measured"] == 8
+    assert rows["gpuNodesRegistered"]["measured"] == 7
+    assert rows["gpusAllocatable"]["measured"] == 1
+    assert rows["imagePulled"]["measured"] is None and rows["rayClusterReady"]["measured"] is None
+    assert rows["firstStep"]["measured"] == 6
+    assert sum(r["model"] for r in rows.values()) == pytest.approx(chain[-1].done_at, abs=0.05)
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps({"job": {"timeline": timeline}}))
+    text = critical_path.measured_report(chain, critical_path.read_timeline(outputs), None)
+    assert "measured 7 min" in text and "`--started` not given" in text
+    assert "a missing timestamp" in text
 
 
 def test_any_stack_file_has_a_critical_path_and_a_missing_one_is_named(tmp_path, monkeypatch, capsys):
