@@ -337,8 +337,10 @@ def test_the_weight_read_is_bounded_by_the_checks_read_floor(monkeypatch):
     floor, read from the code: a raised floor shortens it in proportion, and the phase says it
     is a bound set by the check."""
     _, recording = rendered("a4", "standard")
+    from components.facts import expectations
+
     read = _phase(recording, "actor rank 0 reads")
-    monkeypatch.setattr(critical_path, "MIN_READ_MBPS", critical_path.MIN_READ_MBPS * 2)
+    monkeypatch.setattr(expectations, "MIN_READ_MBPS", expectations.MIN_READ_MBPS * 2)
     faster = _phase(recording, "actor rank 0 reads")
     assert faster.minutes == pytest.approx(read.minutes / 2, abs=0.01)
     assert "read floor" in faster.source and "a bound" in faster.source
