@@ -110,6 +110,7 @@ class GrpoJob(pulumi.ComponentResource):
     last_failure: pulumi.Output[str | None]  # how the last attempt that ended unsuccessfully did
     state: pulumi.Output[str | None]  # one line: status, step, attempt, export, release
     first_step_s: pulumi.Output[float | None]  # from the attempt's start to verl's first step
+    timeline: pulumi.Output[dict[str, str | None] | None]  # milestones of `up` (timeline.py)
     # What the in-cluster supervisor submits, the same as the provider (plain data, no secret).
     supervision_spec: dict[str, Any]
 

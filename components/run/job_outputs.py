@@ -45,6 +45,9 @@ JOB_OUTPUTS = (
     JobOutput("last_failure", "lastFailure", PROVIDER),
     JobOutput("state", "state", PROVIDER),
     JobOutput("first_step_s", "firstStepSeconds", PROVIDER),
+    # When this `up` reached each milestone of the critical-path model (components/run/
+    # timeline.py MILESTONES), what tools/critical_path.py --measured reads.
+    JobOutput("timeline", "timeline", PROVIDER),
 )
 
 # What the provider computes: the PROVIDER outputs, and Ray's `message` for the last status,

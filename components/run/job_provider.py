@@ -40,7 +40,7 @@ import pulumi
 import pulumi.dynamic as dynamic
 
 from components import unknowns
-from components.run import attempts, export
+from components.run import attempts, export, timeline
 from components.supervisor import protocol
 from components.run.following import Progress, iso, log_tail, poll, short, tail_metrics
 from components.run.job_outputs import PROVIDER_OUTPUTS
@@ -243,6 +243,7 @@ class GrpoJobProvider(dynamic.ResourceProvider):
         outs = {**props, **_observed(attempt, info, props), "job_state": ""}
         outs["first_step_s"] = progress.first_step_s or (
             props.get("first_step_s") if _same_attempt(attempt, props) else None)
+        outs["timeline"] = timeline.gather(props.get("access") or {}, self.policy, outs)
         outs["export_status"] = props.get("export_status")
         if info["status"] == "SUCCEEDED" and props.get("export_entrypoint"):
             outs["export_status"] = export.run_export(jobs, props, self.policy, progress)
