@@ -162,3 +162,25 @@ def test_a_gathered_timeline_feeds_the_critical_path(objects, tmp_path):
                                            critical_path._at("2026-12-01T10:00:00Z"))
     assert all(row["measured"] is not None for row in rows)
     assert sum(row["measured"] for row in rows) == 33
+
+
+def test_the_provider_records_the_timeline_once_it_followed_the_run(objects, monkeypatch):
+    """The job's provider fills `timeline` where it fills firstStepSeconds: after following the
+    attempt as far as waitFor, with the attempt's start and first step (Ray and the log are
+    stood in for here; tests/test_grpo_job_lifecycle.py follows real ones)."""
+    import types
+
+    from components.run import job_provider
+
+    _a_fresh_up(objects)
+    attempt = types.SimpleNamespace(submission_id="verl-gke-test-grpo-0123456789ab-a0")
+    monkeypatch.setattr(job_provider, "_wait", lambda *args: (attempt, {"status": "RUNNING"}))
+    monkeypatch.setattr(job_provider, "_observed", lambda *args: {
+        "status": "RUNNING", "start_time": OBSERVED["start_time"],
+        "dashboard_path": f"/#/jobs/{attempt.submission_id}"})
+    progress = types.SimpleNamespace(first_step_s=OBSERVED["first_step_s"])
+    props = {"access": ACCESS, "wait_for": "first-step", "timeout_s": 60}
+    outs = job_provider.GrpoJobProvider(RequestPolicy())._follow(None, props, progress, 0)
+    assert outs["first_step_s"] == 360.0
+    assert outs["timeline"]["firstStep"] == "2026-12-01T10:33:00Z"
+    assert outs["timeline"]["gpuNodesRegistered"] == "2026-12-01T10:15:00Z"
