@@ -426,10 +426,18 @@ def test_measured_timestamps_replace_the_models_segments(tmp_path, capsys):
     assert rows["firstStep"]["measured"] == 6
     assert sum(r["model"] for r in rows.values()) == pytest.approx(chain[-1].done_at, abs=0.05)
     outputs = tmp_path / "outputs.json"
-    outputs.write_text(json.dumps({"job": {"timeline": timeline}}))
-    text = critical_path.measured_report(chain, critical_path.read_timeline(outputs), None)
+    outputs.write_text(json.dumps({"job": {"timeline": timeline},
+                                   "clusterCheck": {"readMbps": 1200.0}}))
+    text = critical_path.measured_report(chain, critical_path.read_timeline(outputs), None,
+                                         critical_path.read_check_rate(outputs))
     assert "measured 7 min" in text and "`--started` not given" in text
     assert "a missing timestamp" in text
+    assert "check's measured 1200 MiB/s (clusterCheck.readMbps): 0.9 min" in text
+    # The command line reads the same file.
+    assert critical_path.main(["--stack", "a4", "--measured", str(outputs),
+                               "--started", "2026-12-01T10:00:00Z"]) == 0
+    printed = capsys.readouterr().out
+    assert "to clusterCreated      measured 8 min" in printed
 
 
 def test_any_stack_file_has_a_critical_path_and_a_missing_one_is_named(tmp_path, monkeypatch, capsys):

@@ -237,6 +237,13 @@ def read_timeline(path: Path) -> dict[str, str | None]:
     return timeline
 
 
+def read_check_rate(path: Path) -> float | None:
+    """The cluster check's measured read rate (MiB/s) from the stack's outputs, if there."""
+    document = json.loads(path.read_text())
+    return ((document.get("clusterCheck") or {}) if isinstance(document, dict) else {}).get(
+        "readMbps")
+
+
 def _at(text: str | None) -> datetime.datetime | None:
     if not text:
         return None
@@ -268,7 +275,7 @@ def measured_segments(chain: list[Step], timeline: dict[str, str | None],
 
 
 def measured_report(chain: list[Step], timeline: dict[str, str | None],
-                    started: datetime.datetime | None) -> str:
+                    started: datetime.datetime | None, read_mbps: float | None = None) -> str:
     rows = measured_segments(chain, timeline, started)
     lines = ["", "Measured (the job's timeline output) against the model, segment by segment:", ""]
     total = 0.0
@@ -282,6 +289,12 @@ def measured_report(chain: list[Step], timeline: dict[str, str | None],
                      else "a missing timestamp)"))
         lines.append(f"  to {row['milestone']:<19} {figure}")
     lines += ["", f"Estimate with the measured segments: {total:.1f} min to the first step."]
+    if read_mbps:
+        bound = MODEL_GB * 1e9 / (expectations.MIN_READ_MBPS * 2**20) / 60
+        at_rate = MODEL_GB * 1e9 / (read_mbps * 2**20) / 60
+        lines.append(f"The weight read at the check's measured {read_mbps:g} MiB/s "
+                     f"(clusterCheck.readMbps): {at_rate:.1f} min, against the model's bound of "
+                     f"{bound:.1f} min at the {expectations.MIN_READ_MBPS:g} MiB/s floor.")
     return "\n".join(lines)
 
 
@@ -307,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report(args.stack, args.mode, chain, ray_ready, staging, f))
     if args.measured:
         started = _at(args.started) if args.started else None
-        print(measured_report(chain, read_timeline(args.measured), started))
+        print(measured_report(chain, read_timeline(args.measured), started,
+                              read_check_rate(args.measured)))
     return 0
 
 
