@@ -456,3 +456,14 @@ def test_any_stack_file_has_a_critical_path_and_a_missing_one_is_named(tmp_path,
     assert cli.run(critical_path.main, ["--stack", "nope"]) == 2
     err = capsys.readouterr().err
     assert "Pulumi.nope.yaml" in err and "pulumi stack init nope" in err and "Traceback" not in err
+
+
+def test_the_cost_pages_timings_are_the_models_output():
+    """docs/cost.md's "Expected timings" table, its phases' sources and its open assumptions
+    are exactly what `python -m tools.critical_path --update-docs` writes for the shipped
+    stacks: the page cannot drift from the model."""
+    page = critical_path.COST_PAGE.read_text()
+    block = critical_path.TIMINGS_BLOCK.search(page)
+    assert block, "docs/cost.md has no timings-table block"
+    assert block.group(2) == critical_path.docs_report(render=rendered), (
+        "docs/cost.md's timings are stale: run `python -m tools.critical_path --update-docs`")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -298,9 +299,81 @@ def measured_report(chain: list[Step], timeline: dict[str, str | None],
     return "\n".join(lines)
 
 
+# --- docs/cost.md's "Expected timings": the model's output for the shipped stacks. ---
+
+COST_PAGE = Path(__file__).resolve().parents[1] / "docs" / "cost.md"
+TIMINGS_BLOCK = re.compile(
+    r"(<!-- timings-table:[^\n]*-->\n)(.*?)(\n<!-- /timings-table -->)", re.S)
+SEGMENT_NAMES = {
+    CLUSTER_UP: "networks, control plane",
+    REGISTERED: "default pool, capacity, GPU VMs to registered",
+    ALLOCATABLE: "GPU driver",
+    PULLED: "image",
+    RAY_READY: "IMEX, postStart, Ray start",
+    JOB_STARTED: "what else is on the path (PV/PVC, staging if later, the cluster check)",
+    FIRST_STEP: "the run: imports, weight read, FSDP, vLLM, validation, first step",
+}
+
+
+def docs_report(stack_modes: Iterable[tuple[str, str]] | None = None, render=None) -> str:
+    """The table of docs/cost.md's "Expected timings" for the shipped stacks, each phase's
+    figure and source, and the open assumptions: what `--update-docs` writes there."""
+    from tools import stacks, step_model
+
+    render = render or (lambda stack, mode: plan.run_program(stack, mode))
+    columns, phases = [], {}
+    for stack, mode in stack_modes or stacks.STACK_MODES:
+        inputs, recording = render(stack, mode)
+        f = facts(recording, step_model.stack_config(stack, inputs))
+        walk = Walk(recording, f)
+        chain = walk.chain()
+        staging = staging_step(recording, f)
+        columns.append((f"{stack}" + (" Autopilot" if mode == "autopilot" else ""),
+                        measured_segments(chain, {}), chain[-1].done_at,
+                        walk.chain(RAY_CLUSTER)[-1].done_at, staging.done_at if staging else None))
+        for step in [*chain, *([staging] if staging else [])]:
+            for phase in step.duration.phases:
+                if phase.minutes:
+                    phases.setdefault((phase.what or step.resource.type, phase.source),
+                                      set()).add(f"{phase.minutes:g}")
+    lines = ["| to milestone (timeline output) | what | "
+             + " | ".join(name for name, *_ in columns) + " |",
+             "|---|---|" + "---|" * len(columns)]
+    for index, milestone in enumerate(MILESTONES):
+        cells = " | ".join(f"{rows[index]['model']:.1f}" for _, rows, *_ in columns)
+        lines.append(f"| `{milestone}` | {SEGMENT_NAMES[milestone]} | {cells} |")
+    lines += [
+        "| **first step** | | " + " | ".join(f"**{total:.1f}**" for _, _, total, *_ in columns)
+        + " |",
+        "| RayCluster ready | | " + " | ".join(f"{ray:.1f}" for *_, ray, _ in columns) + " |",
+        "| staging done | | " + " | ".join(
+            f"{done:.1f}" if done is not None else "skipped" for *_, done in columns) + " |",
+        "",
+        "Each phase on these paths, its figure(s) in minutes and its source:",
+        "",
+    ]
+    opened = []
+    for (what, source), minutes in phases.items():
+        figure = "/".join(sorted(minutes, key=float))
+        lines.append(f"- {what}: {figure} min. {source}")
+        if source.startswith("assumption") and what not in [w for w, _ in opened]:
+            opened.append((what, figure))
+    lines += ["", "Open assumptions (no source; each to be replaced by a measured `up`): "
+              + "; ".join(f"{what} ({figure} min)" for what, figure in opened) + "."]
+    return "\n".join(lines)
+
+
+def update_docs(render=None) -> None:
+    text = COST_PAGE.read_text()
+    block = docs_report(render=render)
+    COST_PAGE.write_text(TIMINGS_BLOCK.sub(lambda m: m.group(1) + block + m.group(3), text))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stack", required=True)
+    parser.add_argument("--stack", help="any stack with a Pulumi.<stack>.yaml")
+    parser.add_argument("--update-docs", action="store_true",
+                        help="rewrite docs/cost.md's timings table from the shipped stacks")
     parser.add_argument("--mode", choices=["standard", "autopilot"])
     parser.add_argument("--warm-image", action="store_true",
                         help="an earlier pull in the project filled the image-streaming cache")
@@ -309,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--started", help="when that `up` started (ISO 8601; `pulumi stack "
                         "history --json` gives it), to measure the control plane too")
     args = parser.parse_args(argv)
+    if args.update_docs:
+        update_docs()
+        return 0
+    if not args.stack:
+        parser.error("--stack is required (or --update-docs)")
     from tools import step_model
 
     inputs, recording = plan.run_program(args.stack, args.mode)
