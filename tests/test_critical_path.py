@@ -103,7 +103,7 @@ def test_staging_ends_before_the_gpu_branch_on_a_fresh_project(stack, mode):
 
 
 def test_staging_takes_the_path_once_the_image_streams():
-    """With a streamed image the GPU branch shrinks below staging's (FIRST-STEP-FLOOR 4.11):
+    """With a streamed image the GPU branch shrinks below staging's:
     the check then waits for staging, and the path shows it, with its own figures."""
     _, recording = rendered("a4", "standard")
     f = dataclasses.replace(critical_path.facts(recording), warm_image=True)

@@ -194,7 +194,7 @@ def cluster_check_duration(target: str) -> Duration:
 
 
 # --- The GPU branch. ---
-# Google publishes no creation-time figure for a control plane (FIRST-STEP-FLOOR 4.2); public
+# Google publishes no creation-time figure for a control plane; public
 # `terraform apply` logs of whole cluster creates, default pool included, show 5.4-14.5 min.
 CONTROL_PLANE = Phase(
     "control plane", 6.5,
@@ -205,7 +205,7 @@ CONTROL_PLANE = Phase(
 # ("By default, GKE replicates each node pool across three zones", GKE regional clusters).
 DEFAULT_ZONES = 3
 # GPU VMs from create to registered: no published figure for A4, A3 Ultra or A4X (8 or 4 GPUs,
-# local SSD, 9 or 5 NICs); FIRST-STEP-FLOOR 4.3 estimates 4-8 min.
+# local SSD, 9 or 5 NICs): 4-8 min is an estimate, not a source.
 GPU_VMS = Phase(
     "GPU VMs created, booted, registered", 7.0,
     "assumption: no published figure for these machines; 4-8 min estimated (GKE's 80-120 s "
@@ -218,11 +218,12 @@ DRIVER = Phase(
     "ai-on-gke best-practices/startup-latency.md:179)", ALLOCATABLE,
 )
 # The pinned verl image: ~30 GB unpacked, likely (a NeMo framework image "is around 29GB",
-# NVIDIA-NeMo/Speech#11824; FIRST-STEP-FLOOR 4.6).
+# NVIDIA-NeMo/Speech#11824, and verl's vLLM 0.11 image builds FROM nvcr.io/nvidia/nemo).
 IMAGE_GB = 30
 FIRST_PULL = 7.5
 FIRST_PULL_SOURCE = (
-    f"assumption: ~{IMAGE_GB} GB (FIRST-STEP-FLOOR 4.6), a first pull through the fresh "
+    f"assumption: ~{IMAGE_GB} GB (a NeMo-based image, NVIDIA-NeMo/Speech#11824), a first "
+    "pull through the fresh "
     "in-region remote repository, which first fetches every layer from Docker Hub: 5-10 min"
 )
 # An earlier pull through the mirror (the DaemonSet's pod on the system pool, a4/a3u) has made
@@ -230,7 +231,7 @@ FIRST_PULL_SOURCE = (
 IN_REGION_PULL = 5.0
 IN_REGION_SOURCE = (
     f"assumption: ~{IMAGE_GB} GB from the in-region repository onto local SSD, the Docker Hub "
-    "leg done by the earlier pull: the low end of the 5-10 min first pull (FIRST-STEP-FLOOR 4.6)"
+    "leg done by the earlier pull: the low end of the 5-10 min first pull"
 )
 STREAMED = 0.5
 STREAMED_SOURCE = (
@@ -240,16 +241,16 @@ STREAMED_SOURCE = (
 )
 RAY_START = Phase(
     "Ray head and workers start, KubeRay ready", 0.5,
-    "assumption: tens of seconds once the image is local (FIRST-STEP-FLOOR 4.8)", RAY_READY,
+    "assumption: tens of seconds once the image is local", RAY_READY,
 )
 # What the spot pool's create waits at most on a stockout when the program sets no timeout:
 # terraform-provider-google-beta resource_container_node_pool.go, default create timeout.
 PROVIDER_POOL_TIMEOUT_MIN = 30.0
 
-# --- The run (GrpoRun), FIRST-STEP-FLOOR 4.7, 4.9, 4.10. ---
+# --- The run (GrpoRun): verl's start-up, its one weight read, the first step. ---
 IMPORTS = Phase(
     "Ray job submitted, worker actors, imports", 1.0,
-    "assumption: 0.5-1.5 min (FIRST-STEP-FLOOR 4.9)", FIRST_STEP,
+    "assumption: 0.5-1.5 min", FIRST_STEP,
 )
 LAZY_READS = Phase(
     "imports read lazily from the streamed image", 0.5,
@@ -259,7 +260,7 @@ LAZY_READS = Phase(
 )
 FSDP = Phase(
     "FSDP wrap, broadcast from rank 0, optimizer", 0.75,
-    "assumption: 0.5-1 min (FIRST-STEP-FLOOR 4.9)", FIRST_STEP,
+    "assumption: 0.5-1 min", FIRST_STEP,
 )
 VLLM = Phase(
     "vLLM engines: torch.compile and CUDA graphs", 2.0,

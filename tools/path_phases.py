@@ -138,7 +138,7 @@ def is_autopilot(recording: mockrun.Recording) -> bool:
 
 def cluster_duration(f: Facts) -> Duration:
     """The control plane, and on Standard the default pool GKE creates with it and the
-    provider deletes inside the same create (remove_default_node_pool; FIRST-STEP-FLOOR 3)."""
+    provider deletes inside the same create (remove_default_node_pool, components/cluster/gke_cluster.py)."""
     if f.autopilot:
         return Duration((CONTROL_PLANE,))
     nodes = f.default_pool_nodes
@@ -150,8 +150,8 @@ def cluster_duration(f: Facts) -> Duration:
         Phase(f"transient default pool: {nodes} node{'s' * (nodes != 1)} deleted", delete,
               "assumption: " + ("one node drained and deleted" if nodes <= 1 else
                                 f"{nodes} nodes, one per zone, drained and deleted; a one-node "
-                                "pool (the cluster's node_locations = [zone]) would take 0.5")
-              + " (FIRST-STEP-FLOOR 4.2: under a minute's difference)", REGISTERED),
+                                "pool (the cluster's node_locations = [zone]) would take 0.5"),
+              REGISTERED),
     ))
 
 
@@ -202,7 +202,7 @@ def image_phase(f: Facts, pods_start: float, registered: float | None,
     the GPU nodes registered, an in-region pull (IN_REGION_PULL) that cannot end before that
     first pull does. The head's own pull (a4/a3u, system pool) runs alongside and is counted
     when it ends later."""
-    arm = (" (image streaming on arm64 nodes not checked, FIRST-STEP-FLOOR 4.6: assumption)"
+    arm = (" (image streaming on arm64 nodes: not checked, an assumption)"
            if f.target == "a4x" else "")
     if streamed(f):
         ready = max(pods_start, prewarm_done or 0.0) + STREAMED
@@ -259,10 +259,10 @@ def ray_cluster_duration(f: Facts, start: float, registered: float | None,
     phases.append(image_phase(f, pods_start, registered, prepull_created, prewarm_done))
     if f.compute_domain:
         phases.append(Phase("IMEX daemons for the ComputeDomain", 0.5,
-                            "assumption: under a minute (FIRST-STEP-FLOOR 4.5)", RAY_READY))
+                            "assumption: under a minute", RAY_READY))
     if f.post_start:
         phases.append(Phase("postStart: pip install from PyPI through Cloud NAT", 0.3,
-                            "assumption: one small wheel (FIRST-STEP-FLOOR 4.8)", RAY_READY))
+                            "assumption: one small wheel", RAY_READY))
     phases.append(RAY_START)
     return Duration(tuple(phases))
 
@@ -276,7 +276,8 @@ def run_duration(f: Facts) -> Duration:
         f"actor rank 0 reads the {MODEL_GB:g} GB of weights once", round(read_s / 60, 2),
         f"estimate: at the cluster check's {expectations.MIN_READ_MBPS:g} MiB/s read floor "
         f"(expectations.MIN_READ_MBPS), a bound: the check fails a slower mount; {seconds(read_s)}"
-        " (vLLM loads dummy weights and only rank 0 reads, FIRST-STEP-FLOOR 4.7)", FIRST_STEP,
+        " (vLLM loads dummy weights: load_format dummy, verl/trainer/config/rollout/"
+        "rollout.yaml; rank 0 reads and broadcasts, verl/utils/fsdp_utils.py)", FIRST_STEP,
     ), FSDP, VLLM]
     if f.validation is not None:
         phases.append(f.validation)
