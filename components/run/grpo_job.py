@@ -13,8 +13,6 @@ the dashboard (see components/run/ray_access.py).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 from typing import Any
 
@@ -40,6 +38,7 @@ from components.forms.pulumi_forms import Key
 from components.runspec.run import (
     EXPORT_SUBDIR,
     GrpoRunConfig,
+    digest,
     entrypoint,
     export_command,
     run_dir_name,
@@ -200,8 +199,7 @@ def submission_id(stack: str, name: str, command: str, env: dict) -> str:
 def deterministic_id(stack: str, name: str, config: dict[str, Any]) -> str:
     """verl-gke-<stack>-<name>-<12 hex of `config`>: the Ray submission id of a resource, the
     same for the same config, so a repeated `pulumi up` finds its job instead of adding one."""
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
-    return "-".join(["verl-gke", slug(stack), slug(name), digest])
+    return "-".join(["verl-gke", slug(stack), slug(name), digest(config)])
 
 
 def slug(text: str) -> str:

@@ -24,8 +24,6 @@ own config at that ref.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import shlex
 
@@ -58,6 +56,7 @@ from components.runspec.run_identity import (  # noqa: F401 (re-exported)
     CONTINUATION_FIELDS,
     CONTINUATION_OVERRIDES,
     REFERENCE_DTYPE,
+    digest,
     identity_of,
 )
 from components.runspec.run_inputs import path_problems, working_dir_problems
@@ -102,8 +101,7 @@ def run_dir_name(
 ) -> str:
     """`<runName>-<N>gpu-<12 hex of the identity>`: readable, and unique per identity."""
     identity = run_identity(run, profile, nodes, model_revision)
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{run.run_name}-{identity['world_size']}gpu-{digest}"
+    return f"{run.run_name}-{identity['world_size']}gpu-{digest(identity)}"
 
 
 def hydra_overrides(
