@@ -647,3 +647,14 @@ def test_a_model_the_config_cannot_give_is_resolved_again_only_for_its_shape(mon
     entrypoint = recording.plain_outputs()["job"]["entrypoint"]
     # Sized for Qwen2.5-7B (one GPU's vLLM holds it), not the default 32B's TP of 2.
     assert "actor_rollout_ref.rollout.tensor_model_parallel_size=1 " in entrypoint
+
+
+def test_a_copy_of_the_config_resolves_its_own_runs():
+    """StackConfig.runs is cached per config: a copy with other values (model_copy) does not
+    carry the original's runs over, it resolves its own."""
+    from components.schema import config
+
+    inputs = plan.stack_inputs("a4")
+    loaded = config.load(inputs.config, inputs.secret_keys, stack="a4")
+    assert loaded.runs["grpo"].nodes == loaded.nodes == 2
+    assert loaded.model_copy(update={"gpu_nodes": 4}).runs["grpo"].nodes == 4

@@ -229,6 +229,13 @@ class StackConfig(BaseModel):
         return runs_by_name(resolve_run(
             self.run, self.hardware, self.nodes, self.model_revision, self.shipped_shape))
 
+    def model_copy(self, *, update: Mapping | None = None, deep: bool = False) -> StackConfig:
+        """A copy whose runs are resolved for its own values (pydantic would copy `runs` as
+        cached from this one)."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("runs", None)
+        return copied
+
     @property
     def exclusion_start(self) -> str | None:
         """The configured start in GKE's format, or None: the cluster picks its creation day."""
