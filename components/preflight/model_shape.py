@@ -1,5 +1,7 @@
 """The model check: the shape of the model the run trains, read before any GPU is billed, and
-the run checked against it (rollout TP against the heads, memory per GPU).
+the run resolved and checked for it (rollout TP against the heads, memory per GPU): the default
+model's run as the config already resolved it (StackConfig.runs), any other model's resolved
+again for the shape read here (`checked_runs`).
 
 One reader for every model, whichever way it reaches the run (`shape_of`); what it reads is the
 model's `config.json` and, where there is one, its `model.safetensors.index.json` (whose
