@@ -67,7 +67,7 @@ def state_name(name: str) -> str:
 class RunSupervisorArgs:
     """What the supervisor follows and where."""
 
-    run: RunLifecycle  # the lifecycle keys of verl-gke:job
+    run: RunLifecycle  # the run's lifecycle keys (ResolvedRun.lifecycle, verl-gke:job)
     spec: Mapping[str, Any]  # GrpoJob.supervision_spec: id, entrypoint, env, metadata, export
     namespace: str
     ray_cluster: str  # the RayCluster's name
