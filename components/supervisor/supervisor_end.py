@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from components.supervisor import protocol
+from components.supervisor import run_state
 from components.supervisor.protocol import TERMINAL, Submission
+from components.supervisor.run_state import EndReason
 
 
 class AfterTheRun:
@@ -50,16 +52,15 @@ class AfterTheRun:
             info = {"status": record.get("export_status")}
         else:
             info = exports[newest]
-            record.update(export_attempt=newest, export_status=info["status"])
+            run_state.set_export_seen(record, newest, info["status"])
             if intent.get("action") == "export":
-                record["intent"] = None
+                run_state.clear_intent(record)
         status = info["status"]
         if status == "SUCCEEDED":
             return True
         if status == "STOPPED":
-            record["ended"] = {"attempt": record.get("attempt"), "by": "someone else",
-                               "at": self.now(),
-                               "reason": "export stopped by someone else: left as it is"}
+            run_state.set_ended(record, record.get("attempt"), EndReason.STOPPED_BY_SOMEONE,
+                            "export stopped by someone else: left as it is", self.now())
         elif status == "FAILED":
             self._retry_export(run, job, record["export_attempt"], "export FAILED")
         return False
@@ -68,18 +69,19 @@ class AfterTheRun:
         if protocol.may_retry(number, self.max_retries):
             return self._submit_export(run, job, number + 1, why)
         self._give_up(self.record.get("attempt", 0),
-                      f"export failed; retry budget of {self.max_retries} spent")
+                      f"export failed; retry budget of {self.max_retries} spent",
+                      EndReason.EXPORT_FAILED)
         return False
 
     def _submit_export(self, run: str, job: Submission, number: int, why: str | None) -> bool:
         record = self.record
-        record["intent"] = {"action": "export", "attempt": number, "reason": why}
+        run_state.set_intent(record, "export", why, number)
         self._save()
         if self._mark_forbids():
             return False
         protocol.submit_attempt(self.ray, run, number, job, why)
         self.say(f"export attempt {number} submitted")
-        record.update(export_attempt=number, export_status="PENDING", intent=None)
+        run_state.set_export_submitted(record, number)
         return False
 
     def _release(self, reason: str) -> None:
@@ -92,7 +94,7 @@ class AfterTheRun:
         intent and waits until the release is done before it resumes the cluster and submits
         (GrpoJobProvider._await_release), so a new run is never suspended by an old one."""
         record = self.record
-        if (record.get("intent") or {}).get("action") != "release":
+        if run_state.state_of(record) is not run_state.RunState.RELEASING:
             live = [job["submission_id"] for job in self.ray(self.run_id).list_jobs()
                     if job.get("status") not in TERMINAL]
             if live:
@@ -110,8 +112,8 @@ class AfterTheRun:
             if why_not:
                 self.say(f"not releasing the GPUs: {why_not}")
                 return
-            record["intent"] = {"action": "release", "reason": reason}
+            run_state.set_intent(record, "release", reason)
             self._save(version=fresh.get("version"))
         self.say(f"{reason}; suspending the RayCluster")
         self.cluster.suspend()
-        record.update(released=True, released_at=self.now(), released_reason=reason, intent=None)
+        run_state.set_released(record, reason, self.now())
