@@ -2,7 +2,8 @@
 actors make after an attempt ended without success (components/supervisor/recovery.py).
 
 No Ray is started: the supervisor's ticks run on tests/fakes/ray_jobs.py and
-tests/fakes/cluster.py as in tests/test_supervisor_ticks.py.
+tests/fakes/cluster.py as in tests/test_supervisor_ticks.py, and the provider's `_wait` on the
+same in-memory job table behind the few calls it makes of ray_access.RayJobs.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from components.supervisor import protocol, run_state
+from components.run import job_provider
+from components.run.following import Progress
+from components.run.ray_access import RayAccessError, RequestPolicy
+from components.supervisor import protocol, recovery, run_state
 from components.supervisor.protocol import Ending, attempt_id
 from components.supervisor.recovery import (
     Actor, Budgets, Classify, Ended, GiveUp, LeaveAlone, Submit, Wait, decide,
@@ -22,7 +26,7 @@ from components.supervisor.run_state import (
     EndReason, RunState, reason_of, state_of,
 )
 from tests.fakes.cluster import FileCluster
-from tests.fakes.ray_jobs import FakeRay
+from tests.fakes.ray_jobs import FakeJobs, FakeRay
 from tests.test_supervisor_ticks import RUN, spec, step, submit, tick
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,6 +205,90 @@ def test_every_transition_a_tick_makes_is_one_the_table_allows(world, monkeypatc
     assert {(RunState.STOPPING, RunState.STOPPED), (RunState.STOPPED, RunState.SUBMITTING),
             (RunState.SUCCEEDED, RunState.EXPORTING), (RunState.RELEASING, RunState.RELEASED),
             (RunState.NEW, RunState.STOPPED), (RunState.STOPPED, RunState.ENDED)} <= set(path)
+
+
+# --- one decision, two actors ---------------------------------------------------------------
+
+
+class ProviderJobs:
+    """The calls job_provider._wait makes of ray_access.RayJobs, on the fake job table; an
+    attempt it submits starts running at once (the next attempt of a run that failed)."""
+
+    def __init__(self, ray: FakeRay, submission_id: str) -> None:
+        self.ray, self.submission_id = ray, submission_id
+        self.policy = RequestPolicy(poll_min_s=0.01, poll_max_s=0.01, confirm_running_s=0.0,
+                                    settle_s=0.0)
+        self._jobs = FakeJobs(ray, submission_id)
+
+    def for_id(self, submission_id: str) -> "ProviderJobs":
+        return ProviderJobs(self.ray, submission_id)
+
+    def submit(self, *args, **kwargs) -> bool:
+        if not self._jobs.submit(*args, **kwargs):
+            return False
+        self.ray.run(self.submission_id)
+        return True
+
+    def where(self) -> str:
+        return f"Ray job {self.submission_id}"
+
+    def __getattr__(self, name):  # info, list_jobs, log_tail, nodes, actors_of
+        return getattr(self._jobs, name)
+
+
+def _provider_waits(ray: FakeRay) -> str:
+    """`up` following attempt 0 (waitFor running, maxRetries 2): what it did."""
+    jobs = ProviderJobs(ray, RUN)
+    props = {"wait_for": "running", "timeout_s": 5, "max_retries": 2, "max_preemptions": None,
+             **{key: spec()[key] for key in ("entrypoint", "runtime_env", "metadata")}}
+    progress = Progress(jobs, jobs.policy, lambda _: None)
+    try:
+        attempt, info = job_provider._wait(jobs, 0, props, jobs.policy, progress,
+                                           lambda *_: None)
+    except RayAccessError as error:
+        return str(error).split(" (", 1)[0]
+    return f"{attempt.submission_id} {info['status']}"
+
+
+def _supervisor_ticks(ray: FakeRay, cluster: FileCluster) -> str:
+    """Two ticks (the second sees the same mark) after attempt 0 failed: what they did."""
+    for _ in range(2):
+        record = tick(ray, cluster, spec(max_retries=2, release_gpus=False))
+    return record["state"]
+
+
+@pytest.mark.parametrize("policy", ["as shipped", "no retry after a failure"])
+def test_a_policy_changed_in_recovery_decide_changes_both_actors(tmp_path, monkeypatch, policy):
+    """The decision after a failure is made in one place: a policy that gives up where the
+    shipped one resubmits (here: never retry a failure) is followed by the supervisor's tick and
+    by `up`'s wait alike, with no change to either actor."""
+    if policy == "no retry after a failure":
+        shipped = recovery.decide
+
+        def no_retry(seen, budgets, now):
+            decision = shipped(seen, budgets, now)
+            if isinstance(decision, Submit) and not seen.ending.preempted:
+                return GiveUp(EndReason.RETRY_BUDGET, "no retry after a failure")
+            return decision
+
+        monkeypatch.setattr(recovery, "decide", no_retry)
+    outcomes = []
+    for actor in ("supervisor", "provider"):
+        ray = FakeRay()
+        cluster = FileCluster(tmp_path / actor, "grpo-supervisor-state", "rc")
+        a0 = submit(ray)
+        ray.run(a0)
+        ray.finish(a0, "FAILED")
+        outcomes.append(_supervisor_ticks(ray, cluster) if actor == "supervisor"
+                        else _provider_waits(ray))
+        outcomes.append(ray.submissions)
+    if policy == "as shipped":
+        assert outcomes == ["PENDING, attempt 2", [a0, attempt_id(RUN, 1)],
+                            f"{attempt_id(RUN, 1)} RUNNING", [a0, attempt_id(RUN, 1)]]
+    else:
+        assert outcomes == ["FAILED, no retry after a failure", [a0],
+                            f"Ray job {a0} ended FAILED before its first step; no retry after "
+                            "a failure", [a0]]
 
 
 def test_ended_is_a_value():
