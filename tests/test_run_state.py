@@ -9,6 +9,7 @@ same in-memory job table behind the few calls it makes of ray_access.RayJobs.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from components.supervisor.recovery import (
     Actor, Budgets, Classify, Ended, GiveUp, LeaveAlone, Submit, Wait, decide,
 )
 from components.supervisor.run_state import (
-    EndReason, RunState, reason_of, state_of,
+    MEANING, NEXT, EndReason, RunState, reason_of, state_of,
 )
 from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeJobs, FakeRay
@@ -159,6 +160,30 @@ def test_a_tick_finishes_what_a_tick_before_the_type_started(world):
     cluster.save(BEFORE["unknown-ending"]["record"])
     record = tick(ray, cluster, spec(max_retries=0))
     assert record["attempt"] == 1 and record["ending"]["preempted"]
+
+
+# --- the state table of docs/run-lifecycle.md -------------------------------------------------
+
+
+def _doc_table() -> dict[str, tuple[str, set[str]]]:
+    text = (ROOT / "docs" / "run-lifecycle.md").read_text()
+    table = text.split("**The run's state**", 1)[1].split("\n\n", 2)[1]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        rows[cells[0].strip("`")] = (cells[1], set(re.findall(r"`([A-Z_]+)`", cells[2])))
+    return rows
+
+
+def test_the_state_table_in_the_docs_is_the_code():
+    """docs/run-lifecycle.md's table of states names every RunState, with its meaning and the
+    states a tick can take it to, as run_state.py says them (MEANING, NEXT)."""
+    documented = _doc_table()
+    assert list(documented) == [state.value for state in RunState]
+    for state in RunState:
+        meaning, following = documented[state.value]
+        assert meaning == MEANING[state]
+        assert following == {other.value for other in NEXT[state]}, state
 
 
 def test_every_transition_a_tick_makes_is_one_the_table_allows(world, monkeypatch):
