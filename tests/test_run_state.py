@@ -71,6 +71,16 @@ def ended(actor=TICK, attempt=1, status="FAILED", preempted=0, **more) -> Ended:
      Wait("ended (FAILED at step 7); not giving up before the next tick: `pulumi up` may be "
           "acting on the run")),
     (ended(ending=FAILED, mark_settled=False), Budgets(3), Submit(2, "FAILED at step 7", 0)),
+    # The export: every attempt a failure under maxRetries, no deadline, its own words.
+    (ended(status="STOPPED", export=True), Budgets(3),
+     LeaveAlone(EndReason.STOPPED_BY_SOMEONE, "export stopped by someone else: left as it is")),
+    (ended(ending=Ending(False, "export FAILED"), export=True, first_start=0.0),
+     Budgets(3, deadline_s=3600), Submit(2, "export FAILED", 0)),
+    (ended(ending=Ending(False, "export FAILED"), export=True), Budgets(1),
+     GiveUp(EndReason.EXPORT_FAILED, "export failed; retry budget of 1 spent")),
+    (ended(ending=Ending(False, "export FAILED"), export=True, mark_settled=False), Budgets(1),
+     Wait("ended (export FAILED); not giving up before the next tick: `pulumi up` may be "
+          "acting on the run")),
     # Lost with the head: a failure, known without asking Ray.
     (ended(status="LOST", ending=Ending(False, "lost with the Ray head at step 3")), Budgets(3),
      Submit(2, "lost with the Ray head at step 3", 0)),

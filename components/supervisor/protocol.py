@@ -197,12 +197,6 @@ def advance(
     return seen + 1
 
 
-def may_retry(number: int, max_retries: int) -> bool:
-    """Whether the retry budget allows an attempt after attempt `number` (the export's, whose
-    attempts are all failures)."""
-    return number < max_retries
-
-
 # --- How an attempt ended: a preemption or a failure --------------------------------------------
 
 # How long after an attempt's end a node it ran on may still be marked dead. The job can end

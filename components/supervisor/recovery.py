@@ -16,6 +16,9 @@ rightly differ are inputs, not copies:
   to resubmit, the user's decision); the provider is that `up`, so it passes True.
 - `Budgets.deadline_s`: None for an actor that is not given the deadline (the provider's inputs
   hold no deadlineHours; the supervisor stops a run past it at its next tick).
+The model's export after the run is decided here too (`Ended.export`): its attempts are all
+failures under maxRetries (a preempted export is retried like a failed one), the deadline
+bounds the training only, and giving it up ends the run as EXPORT_FAILED.
 
 A new failure policy ("give up on an OOM", "no retry before the first step") is a rule here,
 in `decide`, and a row in its tests (tests/test_run_state.py); both actors then follow it. How
@@ -68,6 +71,7 @@ class Ended:
     asked_before: bool = False  # an earlier look could not classify it either
     first_start: float | None = None  # epoch seconds of the run's first attempt
     mark_settled: bool = True  # no `pulumi up` may be acting on the run meanwhile
+    export: bool = False  # an attempt of the model's export, not of the training
 
 
 @dataclass(frozen=True)
@@ -114,9 +118,10 @@ Decision = Classify | Submit | GiveUp | Wait | LeaveAlone
 
 def decide(seen: Ended, budgets: Budgets, now: float) -> Decision:
     """What to do about the run whose newest attempt ended as `seen` says, at `now`."""
+    what = "export " if seen.export else ""
     if seen.status == "STOPPED" and not seen.stopped_here:
         return LeaveAlone(EndReason.STOPPED_BY_SOMEONE,
-                          "stopped by someone else: left as it is")
+                          f"{what}stopped by someone else: left as it is")
     ending = seen.ending
     if ending is None:
         return Classify()
@@ -125,7 +130,7 @@ def decide(seen: Ended, budgets: Budgets, now: float) -> Decision:
     spent = budget_spent(seen.attempt, seen.preempted_before, ending, budgets.max_retries,
                          budgets.max_preemptions)
     past = (budgets.deadline_s is not None and seen.first_start is not None
-            and now - seen.first_start > budgets.deadline_s)
+            and not seen.export and now - seen.first_start > budgets.deadline_s)
     if (past or spent) and not seen.mark_settled:
         # The provider wrote its mark since the last tick (or this is the first): a `pulumi up
         # --refresh` that found this attempt ended may be resubmitting it, the user's decision,
@@ -135,6 +140,8 @@ def decide(seen: Ended, budgets: Budgets, now: float) -> Decision:
                     "may be acting on the run")
     if past:
         return GiveUp(EndReason.DEADLINE, f"deadline of {duration(budgets.deadline_s)} reached")
+    if spent and seen.export:
+        return GiveUp(EndReason.EXPORT_FAILED, f"export failed; {spent}")
     if spent:
         cause = EndReason.PREEMPTION_BUDGET if ending.preempted else EndReason.RETRY_BUDGET
         return GiveUp(cause, spent)

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.supervisor import protocol
-from components.supervisor import run_state
-from components.supervisor.protocol import TERMINAL, Submission
-from components.supervisor.run_state import EndReason
+from components.supervisor import protocol, recovery, run_state
+from components.supervisor.protocol import TERMINAL, Ending, Submission
+from components.supervisor.recovery import Actor, Ended, GiveUp, LeaveAlone, Submit
 
 
 class AfterTheRun:
     """The export and the release, mixed into supervisor._Tick: they read and write its
-    `record` and use its `spec`, `ray`, `cluster`, `mark`, `exports`, `say`, `now`, `_save`,
-    `_give_up` and `_mark_forbids`."""
+    `record` and use its `spec`, `ray`, `cluster`, `mark`, `mark_seen`, `max_retries`,
+    `exports`, `say`, `now`, `_save`, `_give_up` and `_mark_forbids`."""
 
     def _finish(self) -> None:
         """SUCCEEDED: export (its own attempts, its own budget), then release the GPUs."""
@@ -48,7 +47,8 @@ class AfterTheRun:
             if known is None:
                 return self._submit_export(run, job, 0, None)
             if record.get("export_status") in (None, "PENDING", "RUNNING", "LOST"):
-                return self._retry_export(run, job, known, "export lost with the Ray head")
+                return self._retry_export(run, job, known, "LOST",
+                                          "export lost with the Ray head")
             info = {"status": record.get("export_status")}
         else:
             info = exports[newest]
@@ -58,19 +58,25 @@ class AfterTheRun:
         status = info["status"]
         if status == "SUCCEEDED":
             return True
-        if status == "STOPPED":
-            run_state.set_ended(record, record.get("attempt"), EndReason.STOPPED_BY_SOMEONE,
-                            "export stopped by someone else: left as it is", self.now())
-        elif status == "FAILED":
-            self._retry_export(run, job, record["export_attempt"], "export FAILED")
+        if status in ("STOPPED", "FAILED"):
+            self._retry_export(run, job, record["export_attempt"], status, "export FAILED")
         return False
 
-    def _retry_export(self, run: str, job: Submission, number: int, why: str) -> bool:
-        if protocol.may_retry(number, self.max_retries):
-            return self._submit_export(run, job, number + 1, why)
-        self._give_up(self.record.get("attempt", 0),
-                      f"export failed; retry budget of {self.max_retries} spent",
-                      EndReason.EXPORT_FAILED)
+    def _retry_export(self, run: str, job: Submission, number: int, status: str,
+                      why: str) -> bool:
+        """Export attempt `number` ended (`status`, `why`): what recovery.decide answers."""
+        seen = Ended(Actor.SUPERVISOR, number, status, 0, ending=Ending(False, why),
+                     mark_settled=self.mark_seen, export=True)
+        decision = recovery.decide(seen, recovery.Budgets(self.max_retries), self.now())
+        if isinstance(decision, Submit):
+            return self._submit_export(run, job, decision.attempt, decision.reason)
+        if isinstance(decision, GiveUp):
+            self._give_up(self.record.get("attempt", 0), decision.reason, decision.cause)
+        elif isinstance(decision, LeaveAlone):  # a person stopped it
+            run_state.set_ended(self.record, self.record.get("attempt"), decision.cause,
+                                decision.reason, self.now())
+        else:
+            self.say(f"export attempt {number} {decision.reason}")
         return False
 
     def _submit_export(self, run: str, job: Submission, number: int, why: str | None) -> bool:
