@@ -42,8 +42,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable
 
-from components.supervisor import protocol, recovery
-from components.supervisor import run_state
+from components.supervisor import protocol, recovery, run_state
 from components.supervisor.protocol import RESUBMITTABLE, TERMINAL, Submission
 from components.supervisor.recovery import Actor, Classify, Ended, GiveUp, Submit, Wait
 from components.supervisor.run_state import EndReason, RunState
