@@ -78,6 +78,8 @@ def ended(actor=TICK, attempt=1, status="FAILED", preempted=0, **more) -> Ended:
      Budgets(3, deadline_s=3600), Submit(2, "export FAILED", 0)),
     (ended(ending=Ending(False, "export FAILED"), export=True), Budgets(1),
      GiveUp(EndReason.EXPORT_FAILED, "export failed; retry budget of 1 spent")),
+    (ended(ending=PREEMPTED, export=True), Budgets(1, max_preemptions=5),
+     GiveUp(EndReason.EXPORT_FAILED, "export failed; retry budget of 1 spent")),
     (ended(ending=Ending(False, "export FAILED"), export=True, mark_settled=False), Budgets(1),
      Wait("ended (export FAILED); not giving up before the next tick: `pulumi up` may be "
           "acting on the run")),

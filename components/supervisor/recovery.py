@@ -1,8 +1,9 @@
 """What to do after a run's attempt ended without success: one pure decision, for both actors.
 
 Two actors may submit a run's next attempt (protocol.py): the supervisor's tick
-(supervisor.py `_retry`, `_missing`) and the job's provider while `pulumi up` follows an
-attempt (components/run/job_provider.py `_wait`). Both build an `Ended` from what they saw and
+(supervisor.py `_retry` and `_next`, supervisor_end.py `_retry_export` for the export) and the
+job's provider while `pulumi up` follows an attempt (components/run/job_provider.py `_wait`,
+through components/run/attempts.py `decide`). Both build an `Ended` from what they saw and
 call `decide`, and do what it answers; neither holds a rule of its own. The places where they
 rightly differ are inputs, not copies:
 - `Ended.actor`: a tick comes back two minutes later and can ask Ray again when Ray's State API
@@ -125,6 +126,8 @@ def decide(seen: Ended, budgets: Budgets, now: float) -> Decision:
     ending = seen.ending
     if ending is None:
         return Classify()
+    if seen.export and ending.preempted:  # the export keeps one budget: maxRetries
+        ending = Ending(False, ending.reason, ending.known)
     if not ending.known and not seen.asked_before and COMES_BACK[seen.actor]:
         return Wait(f"{ending.reason}; the next tick looks again", classify_again=True)
     spent = budget_spent(seen.attempt, seen.preempted_before, ending, budgets.max_retries,
