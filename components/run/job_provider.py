@@ -41,7 +41,7 @@ import pulumi.dynamic as dynamic
 
 from components import unknowns
 from components.run import attempts, export
-from components.supervisor import protocol
+from components.supervisor import protocol, recovery
 from components.run.following import Progress, iso, log_tail, poll, short, tail_metrics
 from components.run.job_outputs import PROVIDER_OUTPUTS
 from components.run.kube import gate, open_cluster
@@ -390,9 +390,10 @@ def _wait(
     jobs: RayJobs, number: int, props: dict[str, Any], policy: RequestPolicy,
     progress: Progress, note: attempts.Note,
 ) -> tuple[RayJobs, dict]:
-    """Follow attempt `number` until `wait_for`, submitting the next attempt after a FAILED
-    one while the budget of the way it ended lasts (maxPreemptions for a preemption,
-    maxRetries for a failure); returns the attempt followed last and its record.
+    """Follow attempt `number` until `wait_for`, and after one that ended without reaching it
+    do what recovery.decide answers, as the supervisor does: the next attempt while the budget
+    of the way it ended lasts (maxPreemptions for a preemption, maxRetries for a failure), else
+    fail with the reason; returns the attempt followed last and its record.
 
     A job is reported as having reached its target only if a status read after the target was
     seen still says so: however fast a job fails, it is never reported running. Only the
@@ -413,10 +414,8 @@ def _wait(
             if confirmed["status"] not in RESUBMITTABLE:
                 return attempt, confirmed
             info = confirmed
-        ended = attempts.ending(attempt, info) if info["status"] == "FAILED" else None
-        spent = ended and protocol.budget_spent(number, protocol.preemptions(info), ended,
-                                                budget, preemptions)
-        if ended and not spent:
+        decision, ended = attempts.decide(attempt, number, info, budget, preemptions)
+        if isinstance(decision, recovery.Submit):
             used = protocol.counts(number, protocol.preemptions(info), {
                 "attempt": number, "preempted": ended.preempted})
             if ended.preempted:
@@ -427,7 +426,9 @@ def _wait(
                 progress.say(f"retry {used['failures']} of {budget} (verl-gke:job.maxRetries)")
             number = attempts.resubmit(jobs, props, number, info, progress, note, ended)
             continue
-        why = f"{ended.reason}; {spent}" if ended else info["status"]
+        # GiveUp: a budget spent; LeaveAlone: STOPPED (a person, or the supervisor's stop).
+        why = (f"{ended.reason}; {decision.reason}" if isinstance(decision, recovery.GiveUp)
+               else info["status"])
         raise RayAccessError(
             f"{attempt.where()} ended {why} ({short(info.get('message'))}) before reaching "
             f"{wait_for.value}. Last log lines:\n{log_tail(attempt, info)}\n"

@@ -48,6 +48,7 @@ _ROOT = Path(__file__).resolve().parent.parent.parent
 # file name.
 CODE_PATHS = ("components/supervisor/protocol.py", "components/supervisor/supervisor.py",
               "components/supervisor/supervisor_end.py", "components/supervisor/supervisor_io.py",
+              "components/supervisor/run_state.py", "components/supervisor/recovery.py",
               "components/facts/verl.py")
 CODE = {path.rsplit("/", 1)[1]: _ROOT / path for path in CODE_PATHS}
 APP_DIR = "/app"
