@@ -8,6 +8,8 @@ same in-memory job table behind the few calls it makes of ray_access.RayJobs.
 
 from __future__ import annotations
 
+import time
+
 import json
 import re
 from dataclasses import replace
@@ -273,10 +275,11 @@ class ProviderJobs:
         return getattr(self._jobs, name)
 
 
-def _provider_waits(ray: FakeRay) -> str:
+def _provider_waits(ray: FakeRay, deadline_s: float | None = None) -> str:
     """`up` following attempt 0 (waitFor running, maxRetries 2): what it did."""
     jobs = ProviderJobs(ray, RUN)
     props = {"wait_for": "running", "timeout_s": 5, "max_retries": 2, "max_preemptions": None,
+             "deadline_s": deadline_s,
              **{key: spec()[key] for key in ("entrypoint", "runtime_env", "metadata")}}
     progress = Progress(jobs, jobs.policy, lambda _: None)
     try:
@@ -334,3 +337,28 @@ def test_ended_is_a_value():
     with pytest.raises(AttributeError):
         seen.attempt = 2  # type: ignore[misc]
     assert replace(seen, attempt=2).attempt == 2 and seen.attempt == 1
+
+
+def test_up_gives_a_run_past_its_deadline_up_as_a_tick_does(tmp_path):
+    """Past job.deadlineHours (from the run's first attempt) a failed attempt is not followed by
+    another, whichever actor sees it: the provider's wait is given the deadline too (before,
+    `up` resubmitted it and the supervisor stopped that attempt at its next tick)."""
+    outcomes = []
+    for actor in ("supervisor", "provider"):
+        ray = FakeRay()
+        a0 = submit(ray)
+        ray.run(a0)
+        ray.finish(a0, "FAILED")
+        time.sleep(0.01)  # the attempt started before `now`, past a deadline of 1 ms
+        if actor == "supervisor":
+            cluster = FileCluster(tmp_path / actor, "grpo-supervisor-state", "rc")
+            for _ in range(2):
+                record = tick(ray, cluster, spec(max_retries=2, release_gpus=False,
+                                                 deadline_s=0.001))
+            outcomes.append(record["ended"]["cause"])
+        else:
+            outcomes.append(_provider_waits(ray, deadline_s=0.001))
+        outcomes.append(ray.submissions)
+    assert outcomes == ["deadline", [a0],
+                        f"Ray job {a0} ended FAILED before its first step; deadline of 0.001 s reached",
+                        [a0]]

@@ -42,13 +42,13 @@ def ending(jobs: RayJobs, info: dict[str, Any], settle: bool = True) -> protocol
 
 def decide(
     jobs: RayJobs, number: int, info: dict[str, Any], max_retries: int,
-    max_preemptions: int | None,
+    max_preemptions: int | None, deadline_s: float | None,
 ) -> tuple[recovery.Decision, protocol.Ending | None]:
     """What recovery.decide answers about attempt `number` (`info`; `jobs` is its own), which
     ended without reaching the target `up` waits for, and how it ended when decide asked
-    (classified, settled). The provider's inputs hold no deadlineHours (the supervisor stops a
-    run past it), and `up` is the one acting on the run, so its mark is settled."""
-    budgets = recovery.Budgets(max_retries, max_preemptions, deadline_s=None)
+    (classified, settled). `up` is the one acting on the run, so its mark is settled; past the
+    deadline (job.deadlineHours, from the run's first attempt) it gives up as a tick would."""
+    budgets = recovery.Budgets(max_retries, max_preemptions, deadline_s=deadline_s)
     seen = recovery.Ended(recovery.Actor.PROVIDER, number, info["status"],
                           protocol.preemptions(info), first_start=protocol.first_start(info))
     decision = recovery.decide(seen, budgets, time.time())

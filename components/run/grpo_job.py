@@ -130,6 +130,7 @@ class GrpoJob(pulumi.ComponentResource):
             "timeout_s": run.lifecycle.timeout_minutes * 60,
             "max_retries": run.lifecycle.max_retries,
             "max_preemptions": run.lifecycle.max_preemptions,
+            "deadline_s": run.lifecycle.deadline_hours * 3600,
             "access": _access(args),
             "checkpoint_uri": run_uri,
             "run_dir": run_dir,

@@ -15,8 +15,8 @@ rightly differ are inputs, not copies:
 - `Ended.mark_settled`: whether the provider's mark is the one the previous tick saw. A tick
   that is not sure no `pulumi up` is acting on the run does not give it up (`up` may be about
   to resubmit, the user's decision); the provider is that `up`, so it passes True.
-- `Budgets.deadline_s`: None for an actor that is not given the deadline (the provider's inputs
-  hold no deadlineHours; the supervisor stops a run past it at its next tick).
+- `Budgets.deadline_s`: None for an actor that is not given the deadline (a provider state from
+  before 38's fix held no deadline_s input: only the supervisor gave a run up past it).
 The model's export after the run is decided here too (`Ended.export`): its attempts are all
 failures under maxRetries (a preempted export is retried like a failed one), the deadline
 bounds the training only, and giving it up ends the run as EXPORT_FAILED.
