@@ -531,7 +531,9 @@ def test_without_the_ray_addon_ray_logs_and_metrics_are_shipped_by_the_component
         assert monitoring["spec"]["endpoints"] == [{"port": 8080, "interval": "30s"}]
     else:
         assert "raylet.out" not in head_patterns["SHIP_PATTERNS"]
-        assert "initContainers" not in worker_spec
+        # No log shipper on the workers; a4/a3u's one init container waits for the gIB plugin.
+        names = [c["name"] for c in worker_spec.get("initContainers", [])]
+        assert names == ["wait-for-gib"]
 
 
 def test_pod_monitoring_schema_check_is_live():
