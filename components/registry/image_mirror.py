@@ -105,6 +105,7 @@ class ImageMirror(pulumi.ComponentResource):
     ) -> None:
         super().__init__("verl-gke:index:ImageMirror", name, None, opts)
         self._args = args
+        self._warned: set[str] = set()  # another registry's images, said once each
         self.repository = gcp.artifactregistry.Repository(
             f"{name}-repository",
             gcp.artifactregistry.RepositoryArgs(
@@ -132,7 +133,9 @@ class ImageMirror(pulumi.ComponentResource):
         """The mirror's reference for a Docker Hub image (plain text: checked at construction
         by the components that take it); pods using it must depend on this component."""
         args = self._args
-        if host := other_registry(image):
+        if (host := other_registry(image)) and image not in self._warned:
+            # Once per image: the RayCluster and the pre-pull DaemonSet both ask for the verl one.
+            self._warned.add(image)
             pulumi.log.warn(
                 f"image {image} is pulled directly from {host}, not through the stack's Docker "
                 "Hub mirror: no regional cache and no image streaming for it (push it to an "
