@@ -405,3 +405,14 @@ def test_read_is_placed_on_a_gpu_node_with_nccl_and_anywhere_with_gloo(monkeypat
         assert strategy.node_id == "w0" and strategy.soft is False
     else:
         assert strategy is None
+
+
+@pytest.mark.parametrize(("stack", "mode"), STANDARD, ids=_ids(STANDARD))
+def test_prepull_tolerates_exactly_what_the_ray_workers_tolerate(stack, mode):
+    """Every GPU node a worker can land on, the pre-pull can land on first: the same taints."""
+    _, recording = rendered(stack, mode)
+    [ray] = recording.of_type(RAY_CLUSTER)
+    worker = ray.plain_inputs["spec"]["workerGroupSpecs"][0]["template"]["spec"]["tolerations"]
+    prepull = _prepull(recording).plain_inputs["spec"]["template"]["spec"]["tolerations"]
+    as_set = lambda ts: {(t["key"], t["operator"], t["effect"]) for t in ts}  # noqa: E731
+    assert as_set(prepull) == as_set(worker)
