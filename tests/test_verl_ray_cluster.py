@@ -18,7 +18,8 @@ from components.facts.hardware import Arch, NodeNetworking, Target, profile
 from components.facts.layout import DASHBOARD_PORT
 from components.raycluster.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayClusterArgs
 from components.raycluster.ray_cluster_spec import (
-    HEAD_SHM_SIZE, WORKER_GROUP, render_pod_monitoring, render_ray_cluster,
+    HEAD_SHM_SIZE, POD_PACKAGES_TIMEOUT_SECONDS, WORKER_GROUP, render_pod_monitoring,
+    render_ray_cluster,
 )
 from components.raycluster.verl_ray_cluster import VerlRayCluster
 from components.run.export import quantity
@@ -300,6 +301,9 @@ def test_every_pod_installs_what_the_image_lacks_without_moving_its_packages(tar
     for group in (head(obj), worker_group(obj)):
         command = container(group)["lifecycle"]["postStart"]["exec"]["command"]
         words = command[-1].split()
+        # Each attempt bounded (ray_cluster_spec.POD_PACKAGES_TIMEOUT_SECONDS), then pip.
+        assert words[:2] == ["timeout", str(POD_PACKAGES_TIMEOUT_SECONDS)]
+        words = words[2:]
         assert words[:4] == ["python3", "-m", "pip", "install"] and "--no-deps" in words
         assert "TransferQueue==0.1.8" in words
         assert [w for w in words if "==" in w] == [p.requirement for p in pins.POD_PACKAGES]

@@ -65,6 +65,9 @@ GIB_PLUGIN = "/usr/local/gib/lib64/libnccl-net_internal.so"
 # files; ten minutes is a bound, not an estimate.
 GIB_WAIT_SECONDS = 600
 GIB_WAIT_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
+# One attempt of the pods' start-time install (pins.POD_PACKAGES, `_with_pod_packages`): one
+# wheel, no dependencies; five minutes is a bound on a stuck download, not an estimate.
+POD_PACKAGES_TIMEOUT_SECONDS = 300
 
 # The head's /dev/shm: Ray sizes a node's object store at 30% of its memory
 # (ray/_private/ray_constants.py DEFAULT_OBJECT_STORE_MEMORY_PROPORTION), 9.6 GB of the head's
@@ -298,12 +301,21 @@ def _with_pod_packages(container: dict[str, Any]) -> dict[str, Any]:
     container's command, in no set order, but reports the container Running (and the pod Ready)
     only once the hook has returned, and kills and restarts the container when it fails (the
     kubelet's FailedPostStartHook event says why). verl first imports transfer_queue in the
-    training's TaskRunner, after the RayCluster is ready and the ClusterCheck has passed.
+    training's TaskRunner, after the RayCluster is ready and the ClusterCheck has passed (which
+    fails `up`, naming the module, on a node that cannot import it).
+
+    Kept at start rather than moved into the image: an image of our own would need a build and a
+    registry to push it to, per architecture, and none exists where this program is built
+    (pins.py, the staging image's note); the pinned upstream tags are what verl's CI ran. It is
+    one wheel with --no-deps, from PyPI through the NAT. Bounded: each attempt ends
+    after POD_PACKAGES_TIMEOUT_SECONDS (pip's own socket timeout and retries bound a dead
+    connection, not a trickling one), and a failed attempt restarts the container, within the
+    RayCluster's wait (ready_timeout_seconds).
     """
     requirements = " ".join(package.requirement for package in pins.POD_PACKAGES)
     install = (
-        "python3 -m pip install --quiet --no-deps --disable-pip-version-check "
-        f"{requirements}"
+        f"timeout {POD_PACKAGES_TIMEOUT_SECONDS} python3 -m pip install --quiet --no-deps "
+        f"--disable-pip-version-check --timeout 30 --retries 3 {requirements}"
     )
     container["lifecycle"] = {"postStart": {"exec": {"command": ["/bin/bash", "-c", install]}}}
     return container
