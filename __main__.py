@@ -12,6 +12,7 @@ from components import preflight
 from components.preflight import model_shape
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.cluster.image_prepull import ImagePrepull, ImagePrepullArgs
 from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
 from components.cluster.node_identity import NodeIdentity, NodeIdentityArgs
 from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
@@ -185,6 +186,24 @@ installer = NcclInstaller(
     "nccl", NcclInstallerArgs(hardware=hw, autopilot=cfg.autopilot), opts=in_cluster
 )
 
+# Each GPU node, and on A4 / A3 Ultra the head's system pool, starts pulling the verl image as
+# it registers instead of once the RayCluster exists; never awaited (components/cluster/
+# image_prepull.py). Not on Autopilot, where a node exists only for the pod that pulls it.
+prepull = None
+if not cfg.autopilot:
+    prepull = ImagePrepull(
+        "verl-image",
+        ImagePrepullArgs(
+            profile=hw,
+            image=images.ref(run.image or pins.VERL_IMAGES[hw.arch]),  # the RayCluster's image
+            namespace=cfg.namespace,
+            head_on_system_pool=not dranet,
+        ),
+        opts=pulumi.ResourceOptions.merge(
+            in_namespace, pulumi.ResourceOptions(depends_on=[images])
+        ),
+    )
+
 storage = GcsFuseStorage(
     "storage",
     GcsFuseStorageArgs(
@@ -269,6 +288,7 @@ ray = VerlRayCluster(
         # job.image, or the pinned verl image; either through the region's mirror.
         image=images.ref(run.image),
         pod_prerequisites=[*ray_prerequisites, installer, images],
+        capacity=cfg.provisioning,  # bounds the RayCluster's wait (ray_cluster_spec.py)
     ),
     opts=in_namespace,
 )
@@ -376,8 +396,8 @@ DeletionProtection(
         r
         for r in (
             bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites,
-            *namespace_deps, installer, storage, staging, upload, trackers, dra, ray, check, job,
-            supervisor, observability,
+            *namespace_deps, installer, prepull, storage, staging, upload, trackers, dra, ray,
+            check, job, supervisor, observability,
         )
         if r is not None
     ],

@@ -382,11 +382,12 @@ def test_the_no_upgrade_window_does_not_move_every_day():
     """Unset, the exclusion starts on the creation day and later runs ignore it; set, it is used."""
     _, recording = rendered("a4", "standard")  # the plan sets an example start
     cluster = recording.one("gcp:container/cluster:Cluster")
-    assert cluster.ignore_changes == ("minMasterVersion", "nodeConfig")
+    assert cluster.ignore_changes == ("minMasterVersion", "nodeConfig", "nodeLocations")
     defaulted = _run_with("a4", {"verl-gke:maintenanceExclusionStart": ""})
     cluster = defaulted.one("gcp:container/cluster:Cluster")
     assert cluster.ignore_changes == (
-        "minMasterVersion", "nodeConfig", "maintenancePolicy.maintenanceExclusions[0].startTime",
+        "minMasterVersion", "nodeConfig", "nodeLocations",
+        "maintenancePolicy.maintenanceExclusions[0].startTime",
     )
     [exclusion] = cluster.plain_inputs["maintenancePolicy"]["maintenanceExclusions"]
     assert exclusion["startTime"].endswith("T00:00:00Z")
