@@ -12,6 +12,7 @@ from components import preflight
 from components.preflight import model_shape
 from components.cluster.gke_cluster import SYSTEM_POOL, GkeCluster, GkeClusterArgs
 from components.cluster.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.cluster.image_prepull import ImagePrepull, ImagePrepullArgs
 from components.cluster.nccl_installer import NcclInstaller, NcclInstallerArgs
 from components.cluster.node_identity import NodeIdentity, NodeIdentityArgs
 from components.cluster.nvidia_dra_driver import NvidiaDraDriver, NvidiaDraDriverArgs
@@ -39,8 +40,7 @@ from components.raycluster.ray_cluster_args import CLUSTER_NAMES, RayOperator, V
 from components.raycluster.verl_ray_cluster import VerlRayCluster
 from components.registry.image_mirror import ImageMirror, ImageMirrorArgs
 from components.schema import config, names
-from components.runspec import run_inputs
-from components.runspec.run import checkpoint_uri, effective_env
+from components.runspec.run import checkpoint_uri
 from components.schema.staging import model_path as staged_model_path
 from components.storage.gcs_fuse_storage import GcsFuseStorage, GcsFuseStorageArgs
 from components.storage import model_staging
@@ -53,12 +53,12 @@ hw = cfg.hardware
 dranet = hw.networking is NodeNetworking.DRANET
 # Invokes against the live project (they run at preview too); nothing exists yet if they fail.
 found = preflight.run(cfg)
-# The staged model's shape (read from the Hub at preview; shipped for the default model): the
-# run's defaults follow it, and a TP or memory that cannot work stops here.
-run = model_shape.checked_run(cfg)
-# What the user brings (docs/your-own-experiment.md): every path as the pods read it, the working
-# directory at its place on the bucket, which names a local one's content.
-run = run_inputs.placed(run)
+# The run, resolved once (components/runspec/run.py ResolvedRun): its sizes for the cluster and
+# the model's shape (read from the Hub at preview; shipped for the default model, whose run the
+# config already resolved), every path as the pods read it (docs/your-own-experiment.md), its
+# directory, command and problems; a TP or memory that cannot work stops here. One per stack
+# today: every component below takes this value.
+(run,) = model_shape.checked_runs(cfg).values()
 
 # Registered first: a renamed or moved bucket stops the update before anything is touched.
 bucket_identity = BucketIdentity("bucket-identity", cfg.bucket, cfg.region.upper(), cfg.project)
@@ -186,6 +186,24 @@ installer = NcclInstaller(
     "nccl", NcclInstallerArgs(hardware=hw, autopilot=cfg.autopilot), opts=in_cluster
 )
 
+# Each GPU node, and on A4 / A3 Ultra the head's system pool, starts pulling the verl image as
+# it registers instead of once the RayCluster exists; never awaited (components/cluster/
+# image_prepull.py). Not on Autopilot, where a node exists only for the pod that pulls it.
+prepull = None
+if not cfg.autopilot:
+    prepull = ImagePrepull(
+        "verl-image",
+        ImagePrepullArgs(
+            profile=hw,
+            image=images.ref(run.image or pins.VERL_IMAGES[hw.arch]),  # the RayCluster's image
+            namespace=cfg.namespace,
+            head_on_system_pool=not dranet,
+        ),
+        opts=pulumi.ResourceOptions.merge(
+            in_namespace, pulumi.ResourceOptions(depends_on=[images])
+        ),
+    )
+
 storage = GcsFuseStorage(
     "storage",
     GcsFuseStorageArgs(
@@ -218,7 +236,7 @@ staging = ModelStaging(
         image=images.ref(pins.STAGING_IMAGE),
         # The default model and GSM8K only when the run reads them.
         skip_steps=model_staging.skipped_steps(
-            [run.model_path, run.train_files, run.val_files],
+            [run.settings.model_path, run.settings.train_files, run.settings.val_files],
             staged_model_path(cfg.staging.model_id),
         ),
     ),
@@ -227,10 +245,10 @@ staging = ModelStaging(
 
 # A local working directory, uploaded by content (a gs:// one is in the bucket already).
 upload = None
-if cfg.run.working_dir is not None and not run_inputs.is_gs(cfg.run.working_dir):
+if run.upload_dir is not None:
     upload = WorkingDirUpload(
         "working-dir",
-        WorkingDirUploadArgs(directory=cfg.run.working_dir, bucket_name=storage.bucket_name),
+        WorkingDirUploadArgs(directory=run.upload_dir, bucket_name=storage.bucket_name),
     )
 
 # The experiment trackers' keys, for the Ray pods only (never job inputs).
@@ -268,27 +286,28 @@ ray = VerlRayCluster(
         operator=RayOperator.HELM if dranet else RayOperator.GKE_ADDON,
         tracker_secret=trackers.secret_name,
         # job.image, or the pinned verl image; either through the region's mirror.
-        image=images.ref(run.image or pins.VERL_IMAGES[hw.arch]),
+        image=images.ref(run.image),
         pod_prerequisites=[*ray_prerequisites, installer, images],
+        capacity=cfg.provisioning,  # bounds the RayCluster's wait (ray_cluster_spec.py)
     ),
     opts=in_namespace,
 )
 
 # GPUs, RDMA fabric and bucket checked before any GPU hour goes to training.
 check = None
-if not cfg.run.skip_cluster_check:
+if not run.lifecycle.skip_cluster_check:
     check = ClusterCheck(
         "cluster-check",
         ClusterCheckArgs(
             profile=hw,
             nodes=cfg.nodes,
             # The model the run reads (staging skips the default one when it is not that).
-            model_path=run.model_path,
-            runtime_env=effective_env(hw, cfg.nodes),
+            model_path=run.settings.model_path,
+            runtime_env=run.worker_env,
             namespace=cfg.namespace,
             head_service=ray.head_service,
             kubeconfig=gke.kubeconfig,
-            dashboard_address=cfg.run.dashboard_address,
+            dashboard_address=run.lifecycle.dashboard_address,
             # The gate in front of Ray: a released (suspended) cluster is resumed before the
             # check runs, and a delete on it needs no Ray (components/run/kube.py gate).
             ray_cluster=ray.cluster_name,
@@ -301,13 +320,10 @@ job = GrpoJob(
     "grpo",
     GrpoJobArgs(
         run=run,
-        profile=hw,
-        nodes=cfg.nodes,
         checkpoint_uri=storage.bucket_url.apply(checkpoint_uri),
         namespace=cfg.namespace,
         head_service=ray.head_service,
         kubeconfig=gke.kubeconfig,
-        model_revision=cfg.model_revision,
         # A re-staging replaces (first stops) the run: no file under /data changes beneath it.
         staged=staging.job_name,
         checked=check.check_id if check else None,
@@ -315,8 +331,6 @@ job = GrpoJob(
         supervisor_state=state_name("grpo-supervisor"),
         # New Ray pods (image, shape) replace the run: the old attempt dies with its pods.
         ray_pods=ray.pods_digest,
-        # The export's memory need, from the shape the model check read (default model: shipped).
-        **({"model_parameters": run.model.parameter_count} if run.model else {}),
     ),
     opts=pulumi.ResourceOptions(depends_on=[staging, *([upload] if upload else [])]),
 )
@@ -327,7 +341,7 @@ job = GrpoJob(
 supervisor = RunSupervisor(
     "grpo-supervisor",
     RunSupervisorArgs(
-        run=cfg.run,
+        run=run.lifecycle,
         spec=job.supervision_spec,
         namespace=cfg.namespace,
         ray_cluster=ray.cluster_name,
@@ -382,8 +396,8 @@ DeletionProtection(
         r
         for r in (
             bucket_identity, nodes_identity, primary, networks, gke, images, *ray_prerequisites,
-            *namespace_deps, installer, storage, staging, upload, trackers, dra, ray, check, job,
-            supervisor, observability,
+            *namespace_deps, installer, prepull, storage, staging, upload, trackers, dra, ray,
+            check, job, supervisor, observability,
         )
         if r is not None
     ],

@@ -24,9 +24,7 @@ KUBECONFIG = "apiVersion: v1\nkind: Config\n# marker-3f9c\n"
 def render(run: GrpoRunConfig, target: str = "a4", nodes: int = 2, stack: str = "test"):
     def program():
         job = GrpoJob("job", GrpoJobArgs(
-            run=run,
-            profile=profile(target),
-            nodes=nodes,
+            run=grpo_run.resolve_run(run, profile(target), nodes),
             checkpoint_uri="gs://bucket/checkpoints",
             namespace="verl",
             head_service="verl-ray-head-svc",
@@ -47,14 +45,14 @@ def test_registers_the_run_under_the_component_with_the_exact_entrypoint():
     component = recording.one("verl-gke:index:GrpoJob", "job")
     assert run.parent == component.urn
     inputs = run.plain_inputs
-    expected = grpo_run.entrypoint(GrpoRunConfig(), profile("a3u"), 2)
+    expected = grpo_run.resolve_run(GrpoRunConfig(), profile("a3u"), 2).entrypoint
     assert inputs["entrypoint"] == expected
     assert inputs["runtime_env"] == grpo_run.runtime_env(profile("a3u"), 2)
     assert inputs["wait_for"] == "first-step" and inputs["timeout_s"] == 45 * 60
     assert inputs["version"] == PROVIDER_VERSION
     assert recording.outputs["entrypoint"] == expected
     assert recording.outputs["submission_id"] == inputs["submission_id"]
-    run_dir = grpo_run.run_dir_name(GrpoRunConfig(), profile("a3u"), 2)
+    run_dir = grpo_run.resolve_run(GrpoRunConfig(), profile("a3u"), 2).run_dir
     assert recording.outputs["checkpoint_uri"] == f"gs://bucket/checkpoints/{run_dir}"
     assert f"trainer.default_local_dir=/checkpoint-bucket/checkpoints/{run_dir} " in expected
 
@@ -149,7 +147,7 @@ def test_an_export_that_cannot_fit_a_worker_is_refused_before_anything_is_create
     with pytest.raises(ValueError, match="exportModel=true"):
         def program():
             GrpoJob("job", GrpoJobArgs(
-                run=GrpoRunConfig(), profile=profile("a4x"), nodes=4,
+                run=grpo_run.resolve_run(GrpoRunConfig(), profile("a4x"), 4),
                 checkpoint_uri="gs://b/checkpoints", namespace="verl", head_service="svc",
                 kubeconfig=pulumi.Output.secret(KUBECONFIG), model_parameters=400e9,
             ))

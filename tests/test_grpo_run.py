@@ -11,9 +11,7 @@ import pytest
 from components.runspec.lifecycle import WaitFor
 from components.runspec.run import (
     GrpoRunConfig,
-    entrypoint,
-    hydra_overrides,
-    run_problems,
+    resolve_run,
     runtime_env,
 )
 from components.facts.hardware import Target, profile
@@ -83,7 +81,7 @@ DIFFERENCES_A4X = {**DIFFERENCES, "actor_rollout_ref.actor.ppo_micro_batch_size_
 
 def overrides_for(target: str, run: GrpoRunConfig | None = None, nodes: int | None = None):
     hw = profile(target)
-    return hydra_overrides(run or GrpoRunConfig(), hw, nodes or hw.default_nodes)
+    return resolve_run(run or GrpoRunConfig(), hw, nodes or hw.default_nodes).overrides
 
 
 @pytest.mark.parametrize(
@@ -127,13 +125,13 @@ def test_nnodes_follows_the_clusters_worker_replicas():
 def test_tutorial_defaults_pass_verls_checks(target):
     """The tutorial's own run is accepted on every target's default cluster."""
     hw = profile(target)
-    assert run_problems(GrpoRunConfig(), hw, hw.default_nodes) == []
+    assert list(resolve_run(GrpoRunConfig(), hw, hw.default_nodes).problems) == []
 
 
 def test_tensor_parallel_size_must_divide_the_gpus_per_node():
     """TP 3 on an 8-GPU node is refused, naming the key, the value and the valid sizes."""
     run = GrpoRunConfig.model_validate({"tensorModelParallelSize": 3})
-    assert run_problems(run, profile("a4"), 2) == [
+    assert list(resolve_run(run, profile("a4"), 2).problems) == [
         "verl-gke:job.tensorModelParallelSize=3 must divide the 8 GPUs per node of a4: "
         "use 1, 2, 4 or 8"
     ]
@@ -142,7 +140,7 @@ def test_tensor_parallel_size_must_divide_the_gpus_per_node():
 def test_samples_per_step_must_divide_over_all_gpus():
     """train_batch_size x n not divisible by the GPUs (verl validate_config) is refused."""
     run = GrpoRunConfig(train_batch_size=255, rollout_n=1, ppo_mini_batch_size=16)
-    (problem,) = [p for p in run_problems(run, profile("a4"), 2) if "samples" in p]
+    (problem,) = [p for p in resolve_run(run, profile("a4"), 2).problems if "samples" in p]
     assert problem.startswith("verl-gke:job.trainBatchSize=255 x verl-gke:job.rolloutN=1")
     assert "divisible by the 16 GPUs" in problem
 
@@ -150,7 +148,7 @@ def test_samples_per_step_must_divide_over_all_gpus():
 def test_micro_batch_must_divide_the_per_gpu_mini_batch():
     """The normalised mini batch (fsdp_workers) must be a multiple of the micro batch."""
     run = GrpoRunConfig(ppo_micro_batch_size_per_gpu=48)  # a4: 256 x 8 // 16 = 128
-    assert run_problems(run, profile("a4"), 2) == [
+    assert list(resolve_run(run, profile("a4"), 2).problems) == [
         "verl-gke:job.ppoMicroBatchSizePerGpu=48 must divide the per-GPU mini batch "
         "verl-gke:job.ppoMiniBatchSize=256 (the default for this cluster) x rolloutN 8 // 16 "
         "GPUs = 128: use 1, 2, 4, 8, 16, 32, 64 or 128"
@@ -160,7 +158,7 @@ def test_micro_batch_must_divide_the_per_gpu_mini_batch():
 def test_every_problem_is_reported_at_once():
     """More GPUs than the cluster has, bad TP, mini > train batch: all in one list."""
     run = GrpoRunConfig(nnodes=3, n_gpus_per_node=16, train_batch_size=64, ppo_mini_batch_size=128)
-    problems = run_problems(run, profile("a4"), 2)
+    problems = resolve_run(run, profile("a4"), 2).problems
     assert any(p.startswith("verl-gke:job.nGpusPerNode=16 exceeds the 8 GPUs") for p in problems)
     assert any(p.startswith("verl-gke:job.nnodes=3 exceeds the 2 GPU worker") for p in problems)
     assert any(p.startswith("verl-gke:job.ppoMiniBatchSize=128 exceeds") for p in problems)
@@ -169,7 +167,7 @@ def test_every_problem_is_reported_at_once():
 def test_extra_overrides_cannot_shadow_a_typed_field():
     """A typed key passed as an extra is refused with the camelCase key to use instead."""
     run = GrpoRunConfig(extra_overrides={"trainer.total_epochs": 5, "bad key": 1})
-    assert run_problems(run, profile("a4"), 2) == [
+    assert list(resolve_run(run, profile("a4"), 2).problems) == [
         "verl-gke:job.extraOverrides['trainer.total_epochs'] duplicates a typed setting: set "
         "verl-gke:job.totalEpochs instead",
         "verl-gke:job.extraOverrides['bad key'] is not a Hydra key: use dotted names such as "
@@ -201,11 +199,11 @@ def test_entrypoint_is_the_tutorials_command_with_quoted_arguments():
     """The command cds into verl on the bucket; every override survives shell parsing."""
     hw = profile("a4")
     run = GrpoRunConfig(extra_overrides={"trainer.experiment_name": "my run; rm -rf /"})
-    command = entrypoint(run, hw, 2)
+    command = resolve_run(run, hw, 2).entrypoint
     assert command.startswith("cd /data/verl && if t=$(cat /checkpoint-bucket/")
     assert "; PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo " in command
     arguments = shlex.split(command.split("main_ppo ", 1)[1])
-    assert arguments == [f"{k}={v}" for k, v in hydra_overrides(run, hw, 2).items()]
+    assert arguments == [f"{k}={v}" for k, v in resolve_run(run, hw, 2).overrides.items()]
 
 
 def test_runtime_env_has_the_right_tuner_per_target():

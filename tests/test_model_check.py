@@ -10,7 +10,7 @@ from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.preflight import model_shape
 from components.schema import config as stack_config
 from components.schema.config import ConfigError
-from components.runspec.run import GrpoRunConfig, hydra_overrides, resolve, run_problems
+from components.runspec.run import GrpoRunConfig, resolve, resolve_run
 from components.runspec.run_memory import Offload
 from tools import plan
 
@@ -46,7 +46,7 @@ def test_every_node_count_the_program_accepts_plans_with_default_job_settings(ta
     passes every check (verl's batch rules and the memory estimate) for the default model."""
     hw = profile(target)
     run = GrpoRunConfig().with_model(DEFAULT_MODEL)
-    failing = {n: p for n in range(1, hw.max_nodes + 1) if (p := run_problems(run, hw, n))}
+    failing = {n: p for n in range(1, hw.max_nodes + 1) if (p := resolve_run(run, hw, n).problems)}
     assert failing == {}
 
 
@@ -66,7 +66,7 @@ def test_a_problem_from_a_default_says_it_is_a_default():
     """A user's train batch that leaves the derived micro batch nothing to divide names both,
     and marks the value the user did not set."""
     run = GrpoRunConfig(train_batch_size=100, ppo_micro_batch_size_per_gpu=64)
-    assert run_problems(run, profile("a4"), 2) == [
+    assert list(resolve_run(run, profile("a4"), 2).problems) == [
         "verl-gke:job.ppoMicroBatchSizePerGpu=64 must divide the per-GPU mini batch "
         "verl-gke:job.ppoMiniBatchSize=100 (the default for this cluster) x rolloutN 8 // 16 "
         "GPUs = 50: use 1, 2, 5, 10, 25 or 50"
@@ -77,9 +77,9 @@ def test_rollout_tp_that_does_not_divide_the_heads_is_refused():
     """Qwen2.5-7B has 28 heads and 4 KV heads: vLLM refuses TP 8 at start. Refused here with
     the sizes that work; left unset, the default picks one of them."""
     seven = shape(QWEN_7B)
-    (problem,) = run_problems(
+    (problem,) = resolve_run(
         GrpoRunConfig(tensor_model_parallel_size=8).with_model(seven), profile("a4"), 2
-    )
+    ).problems
     assert problem.startswith("verl-gke:job.tensorModelParallelSize=8 does not divide "
                               "Qwen/Qwen2.5-7B-Instruct's 28 attention heads and 4 KV heads")
     assert problem.endswith("use 1, 2, 4")
@@ -93,7 +93,7 @@ def test_a_model_that_does_not_fit_is_refused_with_the_fixes():
     big = shape(QWEN_72B, "Qwen/Qwen2.5-72B-Instruct")
     run = GrpoRunConfig(offload="none", gpu_memory_utilization=0.6,
                         ppo_micro_batch_size_per_gpu=64).with_model(big)
-    (problem,) = run_problems(run, profile("a3u"), 2)
+    (problem,) = resolve_run(run, profile("a3u"), 2).problems
     assert problem.startswith("Qwen/Qwen2.5-72B-Instruct (72.7B parameters) does not fit on "
                               "16 x H200 (140 GiB) with verl-gke:job.offload=none")
     assert "rollout needs ~148 GiB of 134" in problem
@@ -108,7 +108,7 @@ def test_left_unset_the_defaults_make_a_big_model_fit_when_anything_can():
     batches that fit, and the run passes."""
     big = shape(QWEN_72B, "Qwen/Qwen2.5-72B-Instruct")
     run = GrpoRunConfig().with_model(big)
-    assert run_problems(run, profile("a3u"), 2) == []
+    assert list(resolve_run(run, profile("a3u"), 2).problems) == []
     resolved = resolve(run, profile("a3u"), 2)
     assert resolved.offload is not Offload.NONE or resolved.gpu_memory_utilization < 0.6
 
@@ -116,13 +116,14 @@ def test_left_unset_the_defaults_make_a_big_model_fit_when_anything_can():
 def test_kl_coef_weighs_the_kl_loss_and_is_refused_without_it():
     """klCoef sets the actor's kl_loss_coef (GRPO's KL); verl reads algorithm.kl_ctrl only with
     KL in the reward, so the old mapping had no effect (review finding 6)."""
-    overrides = hydra_overrides(GrpoRunConfig(kl_coef=0.01), profile("a4"), 2)
+    overrides = resolve_run(GrpoRunConfig(kl_coef=0.01), profile("a4"), 2).overrides
     assert overrides["actor_rollout_ref.actor.kl_loss_coef"] == "0.01"
     assert "algorithm.kl_ctrl.kl_coef" not in overrides
-    (problem,) = run_problems(GrpoRunConfig(kl_coef=0.01, use_kl_loss=False), profile("a4"), 2)
+    run = GrpoRunConfig(kl_coef=0.01, use_kl_loss=False)
+    (problem,) = resolve_run(run, profile("a4"), 2).problems
     assert problem.startswith("verl-gke:job.klCoef=0.01 has no effect with "
                               "verl-gke:job.useKlLoss=false")
-    no_kl = hydra_overrides(GrpoRunConfig(use_kl_loss=False), profile("a4"), 2)
+    no_kl = resolve_run(GrpoRunConfig(use_kl_loss=False), profile("a4"), 2).overrides
     assert "actor_rollout_ref.actor.kl_loss_coef" not in no_kl
     assert "actor_rollout_ref.ref.fsdp_config.model_dtype" not in no_kl
 
@@ -131,23 +132,24 @@ def test_kl_coef_weighs_the_kl_loss_and_is_refused_without_it():
 def test_the_reference_model_is_held_in_bf16(target):
     """verl's composed config gives the reference fp32 weights (7.6 GiB/GPU for 32B on 16 GPUs);
     it is only read for log-probs, so the program asks for bf16."""
-    overrides = hydra_overrides(GrpoRunConfig(), profile(target), PROFILES[Target(target)].default_nodes)
+    nodes = PROFILES[Target(target)].default_nodes
+    overrides = resolve_run(GrpoRunConfig(), profile(target), nodes).overrides
     assert overrides["actor_rollout_ref.ref.fsdp_config.model_dtype"] == "bfloat16"
 
 
 def test_offload_maps_to_verls_fsdp_keys():
     """offload: optimizer / all set verl's fsdp_config keys; none leaves verl's false."""
     a4 = profile("a4")
-    assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload" not in hydra_overrides(
-        GrpoRunConfig(), a4, 2)
-    some = hydra_overrides(GrpoRunConfig(offload="optimizer"), a4, 2)
+    assert "actor_rollout_ref.actor.fsdp_config.optimizer_offload" not in resolve_run(
+        GrpoRunConfig(), a4, 2).overrides
+    some = resolve_run(GrpoRunConfig(offload="optimizer"), a4, 2).overrides
     assert some["actor_rollout_ref.actor.fsdp_config.optimizer_offload"] == "True"
     assert "actor_rollout_ref.actor.fsdp_config.param_offload" not in some
-    every = hydra_overrides(GrpoRunConfig(offload="all"), a4, 2)
+    every = resolve_run(GrpoRunConfig(offload="all"), a4, 2).overrides
     assert every["actor_rollout_ref.actor.fsdp_config.param_offload"] == "True"
     assert every["actor_rollout_ref.ref.fsdp_config.param_offload"] == "True"
     extra = {"actor_rollout_ref.actor.fsdp_config.optimizer_offload": True}
-    assert run_problems(GrpoRunConfig(extra_overrides=extra), a4, 2) == [
+    assert list(resolve_run(GrpoRunConfig(extra_overrides=extra), a4, 2).problems) == [
         "verl-gke:job.extraOverrides['actor_rollout_ref.actor.fsdp_config.optimizer_offload'] "
         "duplicates a typed setting: set verl-gke:job.offload instead"
     ]
@@ -175,19 +177,25 @@ def hub(monkeypatch):
     model_shape.set_source(None)
 
 
+def checked_run(config):
+    """The stack's one run, as the model check resolves it (model_shape.checked_runs)."""
+    (run,) = model_shape.checked_runs(config).values()
+    return run
+
+
 SEVEN_B = {"verl-gke:staging": '{"modelId": "Qwen/Qwen2.5-7B-Instruct", '
                                '"modelRevision": "' + "a" * 40 + '"}'}
 
 
 def test_the_default_model_is_checked_from_shipped_data_without_reading_anything(hub):
     """The offline plan and every default stack read no network: the shape is data."""
-    run = model_shape.checked_run(_stack({}))
+    run = checked_run(_stack({}))
     assert run.model == DEFAULT_MODEL and hub == []
 
 
 def test_another_model_is_read_at_its_revision_with_the_stacks_token(hub):
     """A staged Qwen2.5-7B is read once, at the staged revision, with verl-gke:hfToken."""
-    run = model_shape.checked_run(_stack(SEVEN_B))
+    run = checked_run(_stack(SEVEN_B))
     assert run.model.num_attention_heads == 28
     ((model_id, revision, token),) = hub
     assert (model_id, revision) == ("Qwen/Qwen2.5-7B-Instruct", "a" * 40) and token
@@ -197,7 +205,7 @@ def test_the_model_check_refuses_tp_8_for_qwen_7b_before_anything_is_created(hub
     """The issue's example: TP 8 on 28 heads stops the program with the key and the fix."""
     job = {"verl-gke:job": '{"tensorModelParallelSize": 8}'}
     with pytest.raises(ConfigError, match=r"tensorModelParallelSize=8 does not divide"):
-        model_shape.checked_run(_stack({**SEVEN_B, **job}))
+        checked_run(_stack({**SEVEN_B, **job}))
 
 
 def test_offline_another_model_is_not_fetched(monkeypatch):
@@ -262,7 +270,7 @@ def test_eight_a3u_nodes_plan_as_a_whole_program():
 def test_a_sequence_longer_than_the_models_context_is_refused():
     """vLLM would refuse a max_model_len past the model's 32,768 positions at start."""
     run = GrpoRunConfig(max_response_length=40000).with_model(DEFAULT_MODEL)
-    (problem,) = run_problems(run, profile("a4"), 2)
+    (problem,) = resolve_run(run, profile("a4"), 2).problems
     assert problem == (
         "verl-gke:job.maxPromptLength=512 + verl-gke:job.maxResponseLength=40000 = 40512 "
         "tokens exceed Qwen/Qwen2.5-32B-Instruct's context of 32768: shorten them"
@@ -272,7 +280,7 @@ def test_a_sequence_longer_than_the_models_context_is_refused():
 def test_an_hsdp_group_that_does_not_divide_the_gpus_is_refused():
     """verl's (world // fsdp_size, fsdp_size) mesh needs equal groups; 0 is no size."""
     for size in (0, 3):
-        (problem,) = run_problems(GrpoRunConfig(fsdp_size=size), profile("a4"), 2)
+        (problem,) = resolve_run(GrpoRunConfig(fsdp_size=size), profile("a4"), 2).problems
         assert problem.startswith(f"verl-gke:job.fsdpSize={size} must divide the run's 16 GPUs")
 
 

@@ -293,6 +293,24 @@ def test_new_dependencies_or_options_alone_are_engine_only_changes():
                              ("dependsOn (removed → added)", [], ["gpu-pool"], None)]
 
 
+def test_a_named_kubernetes_object_is_replaced_delete_first_as_its_provider_does():
+    """pulumi-kubernetes deletes a replaced object first when the program names it and the name
+    and namespace stay (provider.go Diff, deleteBeforeReplace): the supervisor's code ConfigMap,
+    replaced on any data change, is one; an object the provider autonames is created first.
+    (Before, the report said "create first" for both, which two objects of one name cannot do.)"""
+    def config_map(name, meta, data):
+        return {"urn": f"urn:a::p::kubernetes:core/v1:ConfigMap::{name}", "name": name,
+                "type": "kubernetes:core/v1:ConfigMap", "options": {},
+                "inputs": {"metadata": meta, "data": data}}
+    named = {"name": "sup", "namespace": "default"}
+    [change] = plan_report.resource_changes([config_map("sup", named, {"a": "1"})],
+                                            [config_map("sup", named, {"a": "2"})])
+    assert (change.kind, change.delete_first) == ("replace", True)
+    [change] = plan_report.resource_changes([config_map("auto", {}, {"a": "1"})],
+                                            [config_map("auto", {}, {"a": "2"})])
+    assert (change.kind, change.delete_first) == ("replace", False)
+
+
 def test_components_are_not_listed_even_from_plans_that_did_not_mark_them():
     """Components (ours, and pulumi-kubernetes' YAML v2) change nothing in the cloud: left out,
     whether the plan records `custom` or is older and only the type tells."""

@@ -19,7 +19,7 @@ from components.storage.gcs_fuse_storage import MountUse, mount_options
 from components.facts.expectations import EXPECTATIONS
 from components.facts.hardware import Arch, Target, profile
 from tests import k8s_schemas
-from tests.conftest import rendered
+from tests.conftest import STACK_MODES, rendered
 from tools import mockrun, plan
 
 STANDARD_RDMA = [("a4", "standard"), ("a3u", "standard")]
@@ -382,11 +382,12 @@ def test_the_no_upgrade_window_does_not_move_every_day():
     """Unset, the exclusion starts on the creation day and later runs ignore it; set, it is used."""
     _, recording = rendered("a4", "standard")  # the plan sets an example start
     cluster = recording.one("gcp:container/cluster:Cluster")
-    assert cluster.ignore_changes == ("minMasterVersion", "nodeConfig")
+    assert cluster.ignore_changes == ("minMasterVersion", "nodeConfig", "nodeLocations")
     defaulted = _run_with("a4", {"verl-gke:maintenanceExclusionStart": ""})
     cluster = defaulted.one("gcp:container/cluster:Cluster")
     assert cluster.ignore_changes == (
-        "minMasterVersion", "nodeConfig", "maintenancePolicy.maintenanceExclusions[0].startTime",
+        "minMasterVersion", "nodeConfig", "nodeLocations",
+        "maintenancePolicy.maintenanceExclusions[0].startTime",
     )
     [exclusion] = cluster.plain_inputs["maintenancePolicy"]["maintenanceExclusions"]
     assert exclusion["startTime"].endswith("T00:00:00Z")
@@ -596,3 +597,65 @@ def test_up_says_how_to_follow_staging_and_the_job_while_it_waits(preview, caplo
     assert staging["metadata"]["labels"] == {
         "app.kubernetes.io/part-of": "verl-gke", "app.kubernetes.io/name": "verl-gke-staging"}
     assert [c["name"] for c in staging["spec"]["containers"]] == ["stage"]
+
+
+# --- One value per run (issue 38) --------------------------------------------------------------
+
+def _resolutions(monkeypatch) -> list[str]:
+    """The run names `run_sizing.resolve` is called for from now on (where it is defined and
+    where components/runspec/run.py `resolve_run` reads it)."""
+    from components.runspec import run as grpo_run
+    from components.runspec import run_sizing
+
+    calls: list[str] = []
+    real = run_sizing.resolve
+
+    def counted(run, *args, **kwargs):
+        calls.append(run.run_name)
+        return real(run, *args, **kwargs)
+
+    monkeypatch.setattr(run_sizing, "resolve", counted)
+    monkeypatch.setattr(grpo_run, "resolve", counted)
+    return calls
+
+
+@pytest.mark.parametrize(("stack", "mode"), STACK_MODES, ids=[f"{s}-{m}" for s, m in STACK_MODES])
+def test_the_run_is_resolved_once_per_program(monkeypatch, stack, mode):
+    """One value per run (issue 38): a render resolves the stack's run once, when its config is
+    loaded (StackConfig.runs, the default model's shape being shipped data), and the model check,
+    the GrpoJob, the supervisor, the cluster check and the upload all take that value. Before
+    it, one render resolved it 11 times (config load, model check, and nine times in GrpoJob)."""
+    calls = _resolutions(monkeypatch)
+    plan.run_program(stack, mode)
+    assert calls == ["grpo"]
+
+
+def test_a_model_the_config_cannot_give_is_resolved_again_only_for_its_shape(monkeypatch):
+    """A staged model other than the default has a shape only the model check can read: the run
+    is resolved at config load (sized for the default model, every problem but the shape's
+    reported with the config's), then once more for the shape read, and that value is the one
+    the components take."""
+    from components.preflight import model_shape
+    from tests.test_model_check import QWEN_7B, SEVEN_B
+
+    model_shape.set_source(lambda model_id, revision, token: QWEN_7B)
+    try:
+        calls = _resolutions(monkeypatch)
+        _, recording = plan.run_program("a4", "standard", SEVEN_B)
+    finally:
+        model_shape.set_source(None)
+    assert calls == ["grpo", "grpo"]
+    entrypoint = recording.plain_outputs()["job"]["entrypoint"]
+    # Sized for Qwen2.5-7B (one GPU's vLLM holds it), not the default 32B's TP of 2.
+    assert "actor_rollout_ref.rollout.tensor_model_parallel_size=1 " in entrypoint
+
+
+def test_a_copy_of_the_config_resolves_its_own_runs():
+    """StackConfig.runs is cached per config: a copy with other values (model_copy) does not
+    carry the original's runs over, it resolves its own."""
+    from components.schema import config
+
+    inputs = plan.stack_inputs("a4")
+    loaded = config.load(inputs.config, inputs.secret_keys, stack="a4")
+    assert loaded.runs["grpo"].nodes == loaded.nodes == 2
+    assert loaded.model_copy(update={"gpu_nodes": 4}).runs["grpo"].nodes == 4

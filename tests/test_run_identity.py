@@ -18,10 +18,7 @@ from components.forms.hydra_overrides import PROTECTED_KEYS, override_text
 from components.runspec.run import (
     CONTINUATION_FIELDS,
     GrpoRunConfig,
-    entrypoint,
-    hydra_overrides,
-    run_dir_name,
-    run_problems,
+    resolve_run,
 )
 
 A4 = profile("a4")
@@ -29,7 +26,7 @@ REVISION = "5ede1c97bbab6ce5cda5812749b4c0bdf79b18dd"
 
 
 def run_dir(run: GrpoRunConfig, nodes: int = 2, revision: str | None = REVISION) -> str:
-    return run_dir_name(run, A4, nodes, revision)
+    return resolve_run(run, A4, nodes, revision).run_dir
 
 
 # Changes that extend, observe or only tune the execution of a run: the same run, resumed.
@@ -128,17 +125,17 @@ def test_run_name_and_resume_from_are_validated_with_the_fix():
 def test_resume_from_another_world_size_is_refused():
     """verl cannot load FSDP shards of another world size: refused before anything runs."""
     run = GrpoRunConfig(resume_from="grpo-8gpu-0123456789ab/global_step_40")
-    (problem,) = run_problems(run, A4, 2)
+    (problem,) = resolve_run(run, A4, 2).problems
     assert problem.startswith(
         "verl-gke:job.resumeFrom='grpo-8gpu-0123456789ab/global_step_40' was saved by 8 GPUs,"
         " but this run has 16"
     )
-    assert run_problems(GrpoRunConfig(resume_from="grpo-16gpu-0123456789ab"), A4, 2) == []
+    assert resolve_run(GrpoRunConfig(resume_from="grpo-16gpu-0123456789ab"), A4, 2).problems == ()
 
 
 def _resume_command(tmp_path, run: GrpoRunConfig) -> str:
     """The entrypoint's resume decision, run by a real shell against a fake /data layout."""
-    command = entrypoint(run, A4, 2)
+    command = resolve_run(run, A4, 2).entrypoint
     shell, python = command.split(" && PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo ")
     shell = shell.removeprefix("cd /data/verl && ").replace(f"{CHECKPOINT_MOUNT}/", f"{tmp_path}/")
     wanted = [a for a in shlex.split(python) if a.startswith("trainer.resume")]
@@ -161,7 +158,7 @@ def test_resume_from_starts_from_the_other_run_then_from_its_own(tmp_path):
         "trainer.resume_mode=resume_path",
         f"trainer.resume_from_path={other}/global_step_40",
     ]
-    own = tmp_path / "checkpoints" / run_dir_name(run, A4, 2)
+    own = tmp_path / "checkpoints" / resolve_run(run, A4, 2).run_dir
     own.mkdir(parents=True)
     (own / "latest_checkpointed_iteration.txt").write_text("50")
     assert _resume_command(tmp_path, run).split() == [
@@ -214,7 +211,8 @@ def test_every_hydra_form_that_reaches_the_checkpoint_keys_is_refused(key, value
     """Each form, applied by Hydra after the program's own overrides, really would change a
     protected key (or fail on it), and the config check refuses it naming the override."""
     run = GrpoRunConfig(extra_overrides={key: value})
-    program = [override_text(k, v) for k, v in hydra_overrides(GrpoRunConfig(), A4, 2).items()]
+    overrides = resolve_run(GrpoRunConfig(), A4, 2).overrides
+    program = [override_text(k, v) for k, v in overrides.items()]
     expected = _apply_with_hydra(program)
     try:
         trainer = _apply_with_hydra([*program, override_text(key, value)])
@@ -223,7 +221,7 @@ def test_every_hydra_form_that_reaches_the_checkpoint_keys_is_refused(key, value
     assert trainer is None or any(
         trainer.get(k.split(".")[1]) != expected[k.split(".")[1]] for k in PROTECTED_KEYS
     ), "this form changes nothing: not a real test"
-    (problem,) = run_problems(run, A4, 2)
+    (problem,) = resolve_run(run, A4, 2).problems
     assert problem.startswith(f"verl-gke:job.extraOverrides[{key!r}] = ")
     assert "trainer." in problem and "remove it" in problem
 
@@ -236,10 +234,10 @@ def test_every_hydra_form_that_reaches_the_checkpoint_keys_is_refused(key, value
 ])
 def test_overrides_that_leave_the_checkpoint_keys_alone_are_accepted(key, value):
     """Reading a protected key through an interpolation, or setting unrelated keys, is fine."""
-    assert run_problems(GrpoRunConfig(extra_overrides={key: value}), A4, 2) == []
+    assert list(resolve_run(GrpoRunConfig(extra_overrides={key: value}), A4, 2).problems) == []
 
 
 def test_an_override_hydra_cannot_parse_is_refused_with_the_key():
     """Broken grammar fails here, not hours later on the head."""
-    (problem,) = run_problems(GrpoRunConfig(extra_overrides={"trainer.x": "[1, 2"}), A4, 2)
+    (problem,) = resolve_run(GrpoRunConfig(extra_overrides={"trainer.x": "[1, 2"}), A4, 2).problems
     assert problem.startswith("verl-gke:job.extraOverrides['trainer.x'] = '[1, 2' is not an")

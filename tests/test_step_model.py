@@ -126,10 +126,11 @@ def test_a_stack_is_modelled_with_its_own_job_and_node_count_as_make_cost_does(t
 def test_a_refused_job_is_printed_with_its_whole_reason():
     """ECOSYSTEM-REVIEW-4 RE-4: a job verl would refuse (the tutorial's micro batch of 64 on
     8 a4 nodes) is shown with the whole reason, its fix included, not cut at 110 characters."""
-    from components.runspec.run import run_problems
+    from components.runspec.run import resolve_run
 
     hw = profile("a4")
-    [reason, *_] = run_problems(step_model.tutorial(hw).with_model(step_model.DEFAULT_MODEL), hw, 8)
+    run = step_model.tutorial(hw).with_model(step_model.DEFAULT_MODEL)
+    [reason, *_] = resolve_run(run, hw, 8).problems
     text = step_model.report(["a4"], (8,))
     assert len(reason) > 110 and reason.endswith("use 1, 2, 4, 8, 16 or 32")
     assert f"a4        8   64 tutorial  refused: {reason}\n" in text

@@ -482,3 +482,23 @@ def test_the_provider_waits_for_a_release_in_flight_before_it_resumes(world, tmp
     assert cluster.suspended()  # the suspend landed before `up` went on
     assert provider._gate(props, resume=True) is False and not cluster.suspended()
     assert any("waiting for the supervisor to finish releasing" in line for line in said)
+
+
+def test_an_export_is_given_up_only_by_a_tick_that_saw_the_same_mark(world):
+    """The export failed with its budget spent while a `pulumi up --refresh` marked the run to
+    export it again (update: resume, mark, export): a tick in between must not give the run up
+    and release the GPUs under the export about to come, as for a training attempt
+    (recovery.decide's mark_settled). It gives up once a tick saw the same mark before."""
+    ray, cluster = world
+    run_spec = spec(max_retries=0, export={"entrypoint": "python3 -m verl.model_merger merge"})
+    cluster.mark({"run": RUN, "at": 1.0, "ended": None})
+    a0 = submit(ray)
+    ray.finish(a0, "SUCCEEDED")
+    tick(ray, cluster, run_spec)
+    export = protocol.export_run(RUN)
+    ray.finish(attempt_id(export, 0), "FAILED")
+    cluster.mark({"run": RUN, "at": 2.0, "ended": None})  # `pulumi up --refresh` began
+    record = tick(ray, cluster, run_spec)
+    assert not record.get("ended") and not cluster.suspended()
+    record = tick(ray, cluster, run_spec)  # that up never exported: the run ends now
+    assert "export failed; retry budget of 0 spent" in record["state"] and cluster.suspended()

@@ -12,7 +12,7 @@ import pytest
 from components.facts.hardware import profile
 from components.schema import config
 from components.schema.config import ConfigError
-from components.runspec.run import GrpoRunConfig, run_dir_name, runtime_env, tensorboard_dir
+from components.runspec.run import GrpoRunConfig, resolve_run, runtime_env, tensorboard_dir
 from tests.test_config import BASE, SECRET_KEYS
 from tools import mockrun, plan
 
@@ -60,7 +60,7 @@ def test_tensorboard_writes_into_the_runs_directory():
     without it, the env is unchanged."""
     hw = profile("a4")
     run = GrpoRunConfig(logger="[console,tensorboard]")
-    run_dir = run_dir_name(run, hw, 2)
+    run_dir = resolve_run(run, hw, 2).run_dir
     env = runtime_env(hw, 2, tensorboard_dir(run, run_dir))["env_vars"]
     assert env["TENSORBOARD_DIR"] == f"/checkpoint-bucket/checkpoints/{run_dir}/tensorboard"
     assert tensorboard_dir(GrpoRunConfig(), run_dir) is None

@@ -14,7 +14,7 @@ import yaml
 
 from components.facts import pins, verl
 from components.facts.hardware import profile
-from components.runspec.run import GrpoRunConfig, hydra_overrides, run_problems
+from components.runspec.run import GrpoRunConfig, resolve_run
 from tests.conftest import rendered
 from tools import training_stack, verl_imports
 from tools.mockrun import unwrap
@@ -84,7 +84,7 @@ def test_a_brought_reward_function_is_read_where_verl_reads_it():
                           reward_function_name="exact_answer")
     unnamed = GrpoRunConfig(reward_function_path="/data/workdirs/x/reward.py")
     for run, name in ((named, "exact_answer"), (unnamed, verl.DEFAULT_REWARD_FUNCTION_NAME)):
-        overrides = [f"{k}={v}" for k, v in hydra_overrides(run, hw, 2).items()]
+        overrides = [f"{k}={v}" for k, v in resolve_run(run, hw, 2).overrides.items()]
         config = training_stack.compose(overrides)
         assert training_stack.readback_problems(config, overrides) == []
         reward = config.reward.custom_reward_function
@@ -106,7 +106,7 @@ def test_extra_overrides_cannot_reach_the_keys_verl_ignores_or_switch_the_traine
     is refused before anything is created, naming the keys to set instead."""
     run = GrpoRunConfig(extra_overrides={"custom_reward_function.path": "/data/r.py",
                                          "trainer.use_v1": False})
-    problems = run_problems(run, profile("a4"), 2)
+    problems = resolve_run(run, profile("a4"), 2).problems
     legacy = next(p for p in problems if "custom_reward_function.path" in p)
     assert "never reads" in legacy and "rewardFunctionPath" in legacy
     assert any("trainer.use_v1" in p and "V1 trainer" in p for p in problems)

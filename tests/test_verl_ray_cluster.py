@@ -18,7 +18,8 @@ from components.facts.hardware import Arch, NodeNetworking, Target, profile
 from components.facts.layout import DASHBOARD_PORT
 from components.raycluster.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayClusterArgs
 from components.raycluster.ray_cluster_spec import (
-    HEAD_SHM_SIZE, WORKER_GROUP, render_pod_monitoring, render_ray_cluster,
+    HEAD_SHM_SIZE, POD_PACKAGES_TIMEOUT_SECONDS, WORKER_GROUP, render_pod_monitoring,
+    render_ray_cluster,
 )
 from components.raycluster.verl_ray_cluster import VerlRayCluster
 from components.run.export import quantity
@@ -300,6 +301,9 @@ def test_every_pod_installs_what_the_image_lacks_without_moving_its_packages(tar
     for group in (head(obj), worker_group(obj)):
         command = container(group)["lifecycle"]["postStart"]["exec"]["command"]
         words = command[-1].split()
+        # Each attempt bounded (ray_cluster_spec.POD_PACKAGES_TIMEOUT_SECONDS), then pip.
+        assert words[:2] == ["timeout", str(POD_PACKAGES_TIMEOUT_SECONDS)]
+        words = words[2:]
         assert words[:4] == ["python3", "-m", "pip", "install"] and "--no-deps" in words
         assert "TransferQueue==0.1.8" in words
         assert [w for w in words if "==" in w] == [p.requirement for p in pins.POD_PACKAGES]
@@ -531,7 +535,9 @@ def test_without_the_ray_addon_ray_logs_and_metrics_are_shipped_by_the_component
         assert monitoring["spec"]["endpoints"] == [{"port": 8080, "interval": "30s"}]
     else:
         assert "raylet.out" not in head_patterns["SHIP_PATTERNS"]
-        assert "initContainers" not in worker_spec
+        # No log shipper on the workers; a4/a3u's one init container waits for the gIB plugin.
+        names = [c["name"] for c in worker_spec.get("initContainers", [])]
+        assert names == ["wait-for-gib"]
 
 
 def test_pod_monitoring_schema_check_is_live():

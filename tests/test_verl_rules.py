@@ -18,11 +18,10 @@ from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.preflight import model_shape
 from components.schema import config as stack_config
 from components.schema.config import ConfigError
-from components.runspec.run import GrpoRunConfig, resolve, run_dir_name, run_identity, \
-    run_problems, entrypoint
+from components.runspec.run import GrpoRunConfig, resolve, resolve_run
 from components.runspec.run_checks import memory_plan
 from components.runspec.run_memory import rollout_gib, update_gib, usable_gib, vllm_need_gib
-from tests.test_model_check import QWEN_72B
+from tests.test_model_check import QWEN_72B, checked_run
 from tools import plan, step_model, training_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +92,7 @@ def test_a_brought_model_is_read_from_the_bucket_at_preview(clean_sources):
         return {"config.json": json.dumps(QWEN_72B), "model.safetensors.index.json": None}
 
     model_shape.set_bucket_reader(bucket)
-    run = model_shape.checked_run(config)
+    run = checked_run(config)
     assert run.model.parameter_count == pytest.approx(72.7e9, rel=0.01)
     assert run.model.model_id == "/data/models/qwen72b"
     ((name, objects),) = reads
@@ -106,7 +105,7 @@ def test_a_brought_model_without_config_json_in_the_bucket_names_the_key(clean_s
     model_shape.set_bucket_reader(lambda bucket, objects: {})
     with pytest.raises(ConfigError, match=r"verl-gke:job.modelPath='/data/models/qwen72b': "
                                           r"there is no gs://.*/models/qwen72b/config.json"):
-        model_shape.checked_run(_stack("a3u", BROUGHT_72B))
+        checked_run(_stack("a3u", BROUGHT_72B))
 
 
 def test_an_unknown_shape_stops_preview_unless_acknowledged(monkeypatch, clean_sources):
@@ -117,11 +116,11 @@ def test_an_unknown_shape_stops_preview_unless_acknowledged(monkeypatch, clean_s
     monkeypatch.setattr(model_shape, "_mocked", lambda: False)  # as at a real preview
     model_shape.set_source(lambda *_: None)
     with pytest.raises(ConfigError, match=r"set verl-gke:job.acceptUnknownModelShape to true"):
-        model_shape.checked_run(_stack("a4", seven))
+        checked_run(_stack("a4", seven))
     warnings = []
     monkeypatch.setattr(model_shape.pulumi.log, "warn", warnings.append)
     acknowledged = {**seven, "verl-gke:job": '{"acceptUnknownModelShape": true}'}
-    assert model_shape.checked_run(_stack("a4", acknowledged)).model is None
+    assert checked_run(_stack("a4", acknowledged)).model is None
     assert "acknowledged" in warnings[0]
 
 
@@ -129,8 +128,8 @@ def test_acknowledging_an_unknown_shape_keeps_the_run(clean_sources):
     """The acknowledgement is a check setting, not the run's state: its checkpoint directory
     stays the same."""
     hw = profile("a4")
-    assert run_dir_name(GrpoRunConfig(accept_unknown_model_shape=True), hw, 2) == \
-        run_dir_name(GrpoRunConfig(), hw, 2)
+    assert resolve_run(GrpoRunConfig(accept_unknown_model_shape=True), hw, 2).run_dir == \
+        resolve_run(GrpoRunConfig(), hw, 2).run_dir
 
 
 # --- finding 4: MoE ---------------------------------------------------------------------------
@@ -166,10 +165,10 @@ def test_qwen3_235b_a22b_on_16_gpus_needs_offload_and_tp_8_or_is_refused():
         hw = profile(target)
         unloaded = GrpoRunConfig(offload="none").with_model(shape)
         assert any("(235.1B parameters) does not fit" in p
-                   for p in run_problems(unloaded, hw, nodes)), target
+                   for p in resolve_run(unloaded, hw, nodes).problems), target
         derived = GrpoRunConfig().with_model(shape)
         if target == "a4x":
-            assert run_problems(derived, hw, nodes) != []
+            assert list(resolve_run(derived, hw, nodes).problems) != []
         else:
             resolved = resolve(derived, hw, nodes)
             assert resolved.offload.value != "none" and resolved.tensor_model_parallel_size == 8
@@ -179,7 +178,7 @@ def test_qwen3_30b_a3b_fits_the_default_clusters():
     """The MoE that fits still plans, with TP and memory from its true size."""
     moe = GrpoRunConfig().with_model(_shape(QWEN3_30B_A3B, "Qwen/Qwen3-30B-A3B"))
     for target, nodes in (("a4", 2), ("a3u", 2), ("a4x", 4)):
-        assert run_problems(moe, profile(target), nodes) == []
+        assert list(resolve_run(moe, profile(target), nodes).problems) == []
 
 
 def test_a_moe_family_the_check_cannot_count_is_refused_with_a_message():
@@ -212,7 +211,7 @@ def test_a_parquet_with_one_overlong_prompt_is_filtered_by_verl(tmp_path):
                    data / "train.parquet")
     run = GrpoRunConfig(working_dir=str(tmp_path), train_files="data/train.parquet")
     composed = training_stack.compose(
-        training_stack.overrides_of(entrypoint(run, profile("a4"), 2)))
+        training_stack.overrides_of(resolve_run(run, profile("a4"), 2).entrypoint))
     assert composed.data.filter_overlong_prompts is True
     assert composed.data.max_prompt_length == 512
 
@@ -226,10 +225,10 @@ def test_a_resume_with_a_changed_learning_rate_is_refused_with_the_warm_start():
     """A resume loads the source's optimizer state, which carries its learning rate, so a
     learningRate set beside resumeFrom would not apply: refused, naming warmStartFrom."""
     run = GrpoRunConfig(resume_from=SOURCE, learning_rate=1e-7)
-    problems = run_problems(run, profile("a4"), 2)
+    problems = resolve_run(run, profile("a4"), 2).problems
     assert any(p.startswith("verl-gke:job.learningRate=1e-07 with verl-gke:job.resumeFrom=")
                and f"warmStartFrom={SOURCE}" in p for p in problems)
-    assert run_problems(GrpoRunConfig(resume_from=SOURCE), profile("a4"), 2) == []
+    assert list(resolve_run(GrpoRunConfig(resume_from=SOURCE), profile("a4"), 2).problems) == []
 
 
 def test_a_warm_start_is_weights_only_at_the_new_learning_rate():
@@ -237,29 +236,30 @@ def test_a_warm_start_is_weights_only_at_the_new_learning_rate():
     from the run's own directory (step 0, fresh optimizer, the data from the start)."""
     run = GrpoRunConfig(warm_start_from=SOURCE, learning_rate=1e-7)
     hw = profile("a4")
-    assert run_problems(run, hw, 2) == []
-    composed = training_stack.compose(training_stack.overrides_of(entrypoint(run, hw, 2)))
+    resolved = resolve_run(run, hw, 2)
+    assert resolved.problems == ()
+    composed = training_stack.compose(training_stack.overrides_of(resolved.entrypoint))
     model = composed.actor_rollout_ref.model.path
     assert model == f"/checkpoint-bucket/checkpoints/{SOURCE}/huggingface"
     assert composed.actor_rollout_ref.actor.optim.lr == 1e-7
     assert composed.trainer.resume_mode == "auto"
     assert composed.trainer.resume_from_path is None
-    assert composed.trainer.default_local_dir.endswith(run_dir_name(run, hw, 2))
-    assert f"[ -f {model}/config.json ] ||" in entrypoint(run, hw, 2)
+    assert composed.trainer.default_local_dir.endswith(resolve_run(run, hw, 2).run_dir)
+    assert f"[ -f {model}/config.json ] ||" in resolve_run(run, hw, 2).entrypoint
 
 
 def test_a_warm_start_is_a_new_run_and_the_default_run_keeps_its_directory():
     """Other initial weights are another run; a run without a warm start keeps the directory
     it had before the key existed (the key is left out of the identity while unset)."""
     hw = profile("a4")
-    assert run_dir_name(GrpoRunConfig(warm_start_from=SOURCE), hw, 2) != \
-        run_dir_name(GrpoRunConfig(), hw, 2)
-    assert "warm_start_from" not in run_identity(GrpoRunConfig(), hw, 2)
+    assert resolve_run(GrpoRunConfig(warm_start_from=SOURCE), hw, 2).run_dir != \
+        resolve_run(GrpoRunConfig(), hw, 2).run_dir
+    assert "warm_start_from" not in resolve_run(GrpoRunConfig(), hw, 2).identity
 
 
 def test_a_resume_and_a_warm_start_together_are_refused():
-    problems = run_problems(GrpoRunConfig(resume_from=SOURCE, warm_start_from=SOURCE),
-                            profile("a4"), 2)
+    problems = resolve_run(GrpoRunConfig(resume_from=SOURCE, warm_start_from=SOURCE),
+                            profile("a4"), 2).problems
     assert any("are both set" in p for p in problems)
 
 
@@ -329,7 +329,7 @@ def test_a_72b_on_one_a3u_node_at_the_limit_does_not_pass():
                              ref_log_prob_micro_batch_size_per_gpu=64).with_model(big)
     plan_ = memory_plan(resolve(at_limit, hw, 1), hw)
     assert rollout_gib(plan_) == pytest.approx(140.0, abs=0.3)
-    (problem,) = run_problems(at_limit, hw, 1)
+    (problem,) = resolve_run(at_limit, hw, 1).problems
     assert "does not fit on 8 x H200" in problem and "rollout needs ~140 GiB of 134" in problem
     derived = memory_plan(resolve(GrpoRunConfig().with_model(big), hw, 1), hw)
     assert max(rollout_gib(derived), update_gib(derived)) <= usable_gib(derived)

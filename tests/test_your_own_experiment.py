@@ -14,7 +14,7 @@ import pytest
 from components.facts import pins
 from components.facts.hardware import profile
 from components.runspec import run_inputs
-from components.runspec.run import GrpoRunConfig, entrypoint, run_dir_name, run_identity
+from components.runspec.run import GrpoRunConfig, resolve_run
 from components.storage import model_staging
 from components.storage.staging import stage
 from tests.test_config import load, problems
@@ -167,7 +167,7 @@ def test_an_unchanged_directory_names_the_same_objects_a_changed_one_new_ones(tm
 
     def run_dir(workdir: Path) -> str:
         run = GrpoRunConfig(working_dir=str(workdir), reward_function_path="reward.py")
-        return run_dir_name(run_inputs.placed(run), A4, 2)
+        return resolve_run(run, A4, 2).run_dir  # placed by the resolution
 
     before = run_dir(first)
     (first / "reward.py").write_text(REWARD + "# one byte more\n")
@@ -181,23 +181,25 @@ def test_a_working_directory_in_the_bucket_is_read_where_it_is():
     the run's relative paths inside it, and its path is part of the run's identity."""
     run = GrpoRunConfig(working_dir=f"gs://{BUCKET}/experiments/math/", train_files="train.parquet",
                         reward_function_path="reward.py")
-    placed = run_inputs.placed(run)
+    resolved = resolve_run(run, A4, 2)
+    placed = resolved.settings
+    assert run_inputs.placed(run).working_dir == placed.working_dir
     assert (placed.working_dir, placed.train_files, placed.reward_function_path) == (
         "/data/experiments/math", "/data/experiments/math/train.parquet",
         "/data/experiments/math/reward.py")
-    other = run_inputs.placed(run.model_copy(update={"working_dir": f"gs://{BUCKET}/exp2"}))
-    assert run_dir_name(placed, A4, 2) != run_dir_name(other, A4, 2)
+    other = run.model_copy(update={"working_dir": f"gs://{BUCKET}/exp2"})
+    assert resolved.run_dir != resolve_run(other, A4, 2).run_dir
 
 
 def test_unset_keys_leave_an_existing_runs_identity_and_command_as_they_were():
     """Runs from before these keys keep their checkpoint directory: an unset image, working
     directory or reward adds nothing to the identity, and the job still starts in verl's source."""
-    identity = run_identity(GrpoRunConfig(), A4, 2)
+    identity = resolve_run(GrpoRunConfig(), A4, 2).identity
     assert not {"working_dir", "reward_function_path", "reward_function_name"} & set(identity)
     assert identity["image"] == pins.VERL_IMAGES[A4.arch]
-    assert entrypoint(GrpoRunConfig(), A4, 2).startswith("cd /data/verl && ")
+    assert resolve_run(GrpoRunConfig(), A4, 2).entrypoint.startswith("cd /data/verl && ")
     own_image = GrpoRunConfig(image="myorg/verl-trainer:2026.12.01")
-    assert run_identity(own_image, A4, 2)["image"] == "myorg/verl-trainer:2026.12.01"
+    assert resolve_run(own_image, A4, 2).identity["image"] == "myorg/verl-trainer:2026.12.01"
 
 
 def test_a_floating_image_is_refused_like_the_pinned_ones_rule():

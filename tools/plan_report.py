@@ -118,6 +118,19 @@ def _custom(resource: Mapping[str, Any]) -> bool:
     package, module, _ = type_.split(":", 2)
     return ("/" in module or package == "pulumi") and not type_.startswith(_REMOTE_COMPONENTS)
 
+def _same_kubernetes_name(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether pulumi-kubernetes deletes the old object before it creates the new one when it
+    replaces it: the object is named by the program (metadata.name, not generateName or Pulumi's
+    autonaming) with the same name in the same namespace, which two objects cannot share
+    (pulumi/pulumi-kubernetes@94977969 provider/pkg/provider/provider.go Diff,
+    `deleteBeforeReplace`, its conditions 2-5). No resource option says so."""
+    if not new["type"].startswith("kubernetes:"):
+        return False
+    old_meta = (old.get("inputs") or {}).get("metadata") or {}
+    new_meta = (new.get("inputs") or {}).get("metadata") or {}
+    return bool(new_meta.get("name")) and (old_meta.get("name"), old_meta.get("namespace")) == (
+        new_meta.get("name"), new_meta.get("namespace"))
+
 def _dependency_names(resource: Mapping[str, Any], by_urn: Mapping[str, Mapping[str, Any]]) -> set[str]:
     """Names of the resources `resource` explicitly depends on (plans before plan.json recorded
     dependencies have none)."""
@@ -176,7 +189,7 @@ def resource_changes(
             changes.append(Change(
                 urn, new["type"], new["name"], kind, fields,
                 delete_first=bool((new.get("options") or {}).get("deleteBeforeReplace"))
-                or bool(judged and judged.delete_before_replace),
+                or bool(judged and judged.delete_before_replace) or _same_kubernetes_name(old, new),
                 retained=bool((new.get("options") or {}).get("retainOnDelete")),
                 by_provider=judged is not None,
             ))

@@ -294,7 +294,7 @@ READBACK: dict[str, ReadBack] = {
     **{
         kind: ReadBack(_K8S)
         for kind in (
-            "kubernetes:batch/v1:CronJob",
+            "kubernetes:apps/v1:DaemonSet", "kubernetes:batch/v1:CronJob",
             "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:Namespace",
             "kubernetes:rbac.authorization.k8s.io/v1:Role",
             "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding",

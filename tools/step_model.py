@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from components.facts.expectations import EXPECTATIONS
 from components.facts.hardware import PROFILES, HardwareProfile, Target, profile
 from components.facts.models import DEFAULT_MODEL, ModelShape
-from components.runspec.run import GrpoRunConfig, resolve, run_problems
+from components.runspec.run import GrpoRunConfig, ResolvedRun, resolve_run
 from components.runspec.run_env import runtime_env
 from components.runspec.run_memory import kv_bytes_per_token
 
@@ -113,9 +113,9 @@ def program_mnnvl(hw: HardwareProfile) -> bool:
     return env.get("NCCL_CUMEM_ENABLE") == "1"
 
 
-def settings(run: GrpoRunConfig, hw: HardwareProfile, nodes: int, mnnvl: bool) -> Settings:
-    r = resolve(run, hw, nodes)
-    gpus = r.nnodes * r.n_gpus_per_node
+def settings(run: ResolvedRun, mnnvl: bool) -> Settings:
+    r = run.settings
+    gpus = run.world_size
     shard = gpus if r.fsdp_size <= 0 or r.fsdp_size >= gpus else r.fsdp_size
     return Settings(r.train_batch_size, r.ppo_mini_batch_size, r.rollout_n, r.ppo_micro_batch_size_per_gpu,
                     r.rollout_log_prob_micro_batch_size_per_gpu,
@@ -185,11 +185,18 @@ def step(hw: HardwareProfile, nodes: int, s: Settings, shape: ModelShape) -> dic
 
 def run_row(hw: HardwareProfile, nodes: int, run: GrpoRunConfig, mnnvl: bool,
             shape: ModelShape = DEFAULT_MODEL) -> dict:
-    problems = run_problems(run.with_model(shape), hw, nodes)
-    if problems:
-        return {"refused": problems[0]}
-    s = settings(run.with_model(shape), hw, nodes, mnnvl)
-    times = step(hw, nodes, s, shape)
+    """The step model of `run` on `nodes` of `hw` for a model of `shape` (`row_of`)."""
+    return row_of(resolve_run(run, hw, nodes, shape=shape), mnnvl)
+
+
+def row_of(run: ResolvedRun, mnnvl: bool) -> dict:
+    """The step model of a resolved run, for its model (the default model's shape if unknown),
+    or the first reason it is refused."""
+    if run.problems:
+        return {"refused": run.problems[0]}
+    hw, nodes = run.profile, run.nodes
+    s = settings(run, mnnvl)
+    times = step(hw, nodes, s, run.model or DEFAULT_MODEL)
     steps = DATASET_PROMPTS // s.train_batch * s.epochs
     gpus = nodes * hw.gpus_per_node
     return {**times, "settings": s, "steps": steps,
@@ -221,9 +228,13 @@ def stack_config(stack: str, inputs=None):
 def stack_row(config, nodes: int | None = None) -> dict:
     """The step model of a stack's own job (`stack_config`) at its node count (or `nodes`), with
     multi-node NVLink where its runtime env turns it on: what `make step-model STACK=` prints
-    and `make cost` multiplies."""
+    and `make cost` multiplies. At its own node count, the stack's run as the config resolved it
+    (StackConfig.runs); at another, that run resolved for those nodes."""
     hw = config.hardware
-    return run_row(hw, nodes or config.nodes, config.run, program_mnnvl(hw))
+    (run,) = config.runs.values()
+    if nodes not in (None, config.nodes):
+        run = resolve_run(run.config, hw, nodes, run.model_revision)
+    return row_of(run, program_mnnvl(hw))
 
 
 def _line(stack: str, nodes: int, hw: HardwareProfile, label: str, row: dict) -> str:

@@ -180,10 +180,16 @@ def ignored_inputs(args: GkeClusterArgs) -> list[str]:
       lifecycle.ignore_changes = [node_config, min_master_version]: "Ignore all changes to the
       default node pool. It's being removed after creation.").
     - the maintenance exclusion's start, when it defaults to the day of creation.
+    - nodeLocations (Standard): the zone of the throw-away default pool (`_standard_args`).
+      Sent at creation only: `node_locations` is "the list of zones in which the cluster's
+      nodes are located" (pulumi-gcp 10.2.0 container.Cluster), updatable in place, and a
+      cluster made before this setting holds the region's default zones; an update would move
+      whatever pool follows the cluster's locations (neither pool here does: both name their own
+      zone), and an existing stack must see no change at all.
     """
     return [
         "minMasterVersion",
-        *([] if args.autopilot else ["nodeConfig"]),
+        *([] if args.autopilot else ["nodeConfig", "nodeLocations"]),
         *([] if args.exclusion_start else [EXCLUSION_START_PATH]),
     ]
 
@@ -322,6 +328,13 @@ def _standard_args(args: GkeClusterArgs) -> gcp.container.ClusterArgs:
         # The default pool cannot be managed separately; replace it with SYSTEM_POOL.
         remove_default_node_pool=True,
         initial_node_count=1,
+        # ...and until the provider has deleted it, inside the cluster's create, it is one node
+        # in the GPU zone instead of one per default zone of the region (initial_node_count is
+        # per zone: "The number of nodes to create in this cluster's default node pool. In
+        # regional or multi-zonal clusters, this is the number of nodes per zone", pulumi-gcp
+        # container.Cluster). A smaller boot and delete on the way to every other resource; no
+        # pool follows these locations (both name their own). Creation only (ignored_inputs).
+        node_locations=[args.zone],
         enable_k8s_beta_apis=(
             gcp.container.ClusterEnableK8sBetaApisArgs(enabled_apis=DRA_BETA_APIS)
             if args.dra_beta_apis

@@ -27,6 +27,29 @@ GPU_TAINT = gcp.container.NodePoolNodeConfigTaintArgs(
     key="nvidia.com/gpu", value="present", effect="NO_SCHEDULE"
 )
 
+# How long `pulumi up` waits for the pool's create, per capacity, instead of the provider's
+# default (30 min: terraform-provider-google resource_container_node_pool.go, Timeouts.Create).
+# The create returns once the initial nodes have registered; a spot stockout holds it ("Common
+# cause for that is GCE_STOCKOUT which will wait for resources and return error after timeout",
+# resourceContainerNodePoolCreate, hashicorp/terraform-provider-google-beta @003e704f36), so the
+# bound is what decides when `up` fails (the operation's own error, GCE_STOCKOUT, is in GKE's
+# operation and the node pool's status: docs/operations.md). Budgets, not measurements:
+# no create-to-registered figure for A4 / A3 Ultra / A4X VMs is published (GKE gives 80-120 s of
+# boot for general-purpose nodes, kubernetes-engine/docs/how-to/capacity-provisioning); these
+# are about twice an estimated 5-10 min for these machines.
+# - reservation: 30 min, the provider's own default stated: the capacity is held for the
+#   project, so a long create is a boot problem, not a wait for capacity.
+# - spot: 20 min: a stockout fails `up` after 20 minutes, not 30.
+# - flex-start: 10 min: the pool starts with 0 nodes (its capacity arrives through the
+#   autoscaler, once the RayCluster's pods ask), so its create waits for no VM at all; the wait
+#   for capacity is bounded by the RayCluster's (ray_cluster_spec.ready_timeout_seconds).
+# A custom timeout is a resource option, not an input: an existing pool sees no change.
+CREATE_TIMEOUTS: dict[Capacity, str] = {
+    Capacity.RESERVATION: "30m",
+    Capacity.SPOT: "20m",
+    Capacity.FLEX_START: "10m",
+}
+
 
 @dataclass(frozen=True)
 class GpuNodePoolArgs:
@@ -78,7 +101,11 @@ class GpuNodePool(pulumi.ComponentResource):
             ),
             # The autoscaler and GKE repairs change the node count; a later `pulumi up` must not
             # try to put it back (that would replace the pool).
-            opts=fixed_name(child, ignore_changes=["initialNodeCount"]),
+            opts=fixed_name(
+                child,
+                ignore_changes=["initialNodeCount"],
+                custom_timeouts=pulumi.CustomTimeouts(create=CREATE_TIMEOUTS[args.capacity]),
+            ),
         )
         self.name = self.pool.name
         self.register_outputs({"name": self.name})

@@ -104,7 +104,18 @@ _NCCL_PROOF: dict[NodeNetworking, tuple[str | None, bool]] = {
 }
 EXPECTATIONS: dict[Target, Expectations] = {target: _expect(hw) for target, hw in PROFILES.items()}
 
-# Reading the model from /data (GCS FUSE) on the head, one stream, MB/s. At this rate the 66 GB
-# of Qwen2.5-32B load in under six minutes per reader; below it model loading dominates every
-# (re)start, which points at a throttled gcsfuse sidecar or a bucket in another region.
-MIN_READ_MBPS = 200.0
+# Reading the model from /data (GCS FUSE) on a GPU node, one stream, MiB/s: what verl's one
+# checkpoint reader gets (rank 0 reads the 66 GB of Qwen2.5-32B and broadcasts it; vLLM loads
+# dummy weights). Sourced figures, none measured here: GCS FUSE without a file cache read a
+# 25 GB model at ~150 MB/s, and with a file cache on pd-ssd at ~310 MB/s (Gemma 7B, 165 s and
+# ~80 s; GoogleCloudPlatform/ai-on-gke @b1bccad715 best-practices/startup-latency.md, "Use
+# Persistent Disk to accelerate model weight loading"), both before parallel downloads existed;
+# parallel downloads into the file cache, which the model mount has on the nodes' local SSDs
+# (components/storage/gcs_fuse_storage.py), give "up to 9x faster model load times" for such
+# single-threaded reads of large files (GoogleCloudPlatform/gcsfuse @7b3929278 README.md:26-31).
+# The floor: 400, above what a mount that lost its parallel downloads or its file cache reads
+# (~150-310), with a margin of 3x under the 9x claim (~1350 on the 150 base). At 400 the actor's
+# read takes under three minutes; at the old floor of 200 a 5.5-minute read passed the check.
+# Below it: a throttled gcsfuse sidecar, a mount without its cache, or a bucket in another
+# region. Replace it with a measured figure once a real check has run (its `readMbps` output).
+MIN_READ_MBPS = 400.0

@@ -1,5 +1,7 @@
 """The model check: the shape of the model the run trains, read before any GPU is billed, and
-the run checked against it (rollout TP against the heads, memory per GPU).
+the run resolved and checked for it (rollout TP against the heads, memory per GPU): the default
+model's run as the config already resolved it (StackConfig.runs), any other model's resolved
+again for the shape read here (`checked_runs`).
 
 One reader for every model, whichever way it reaches the run (`shape_of`); what it reads is the
 model's `config.json` and, where there is one, its `model.safetensors.index.json` (whose
@@ -33,7 +35,7 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import pulumi
 
@@ -41,7 +43,7 @@ from components.facts.layout import DATA_MOUNT
 from components.facts.models import DEFAULT_MODEL, ModelShape, UnreadMoe
 from components.schema.config import ConfigError, StackConfig
 from components.forms.pulumi_forms import Key
-from components.runspec.run import GrpoRunConfig, run_problems
+from components.runspec.run import GrpoRunConfig, ResolvedRun, runs_by_name
 from components.runspec.run_inputs import is_gs, mounted
 from components.schema.staging import model_path
 
@@ -82,43 +84,45 @@ def set_local_files(path: Path | str | None) -> None:
     _local = Path(path).expanduser() if path else None
 
 
-def checked_run(config: StackConfig) -> GrpoRunConfig:
-    """The stack's run, for its model's shape; ConfigError with every problem against it, and
-    for a shape that could not be read unless `job.acceptUnknownModelShape` acknowledges it."""
-    run = config.run
+def checked_runs(config: StackConfig) -> Mapping[str, ResolvedRun]:
+    """The stack's runs, resolved for their model's shape: `config.runs` as they are when the
+    config alone gave the shape (the default model), else each resolved again for the shape read
+    here. ConfigError with every problem against it, and for a shape that could not be read
+    unless `job.acceptUnknownModelShape` acknowledges it."""
+    runs = config.runs
     shape, why = shape_of(config)
     if shape is None:
         guessed = (f"the batch, parallelism and memory defaults would be sized for "
                    f"{DEFAULT_MODEL.model_id} ({DEFAULT_MODEL.parameter_count / 1e9:.1f}B), and "
                    "the rollout TP and memory checks skipped")
-        if run.accept_unknown_model_shape:
+        if config.run.accept_unknown_model_shape:
             pulumi.log.warn(f"{why}; acknowledged by {ACKNOWLEDGE}=true: {guessed}")
-            return run
+            return runs
         if _mocked():
             pulumi.log.warn(
                 f"{why}: {guessed} in this offline plan; pass the model's config.json "
                 "(`make plan MODEL_CONFIG=<file or directory>`) to check it here. `pulumi "
                 f"preview` refuses an unknown shape unless {ACKNOWLEDGE} is true"
             )
-            return run
+            return runs
         raise ConfigError([
             f"{why}: {guessed}, and a larger model would run out of memory hours in. Make the "
             f"files readable, or set {ACKNOWLEDGE} to true to run unchecked at your risk"
         ])
-    run = run.with_model(shape)
-    problems = run_problems(run, config.hardware, config.nodes)
+    if any(run.model != shape for run in runs.values()):
+        runs = runs_by_name(*(run.for_model(shape) for run in runs.values()))
+    problems = [problem for run in runs.values() for problem in run.problems]
     if problems:
         raise ConfigError(problems)
-    return run
+    return runs
 
 
 def shape_of(config: StackConfig) -> tuple[ModelShape | None, str]:
     """The run's model's shape, or None and why it is unknown."""
     staging, run = config.staging, config.run
     staged = run.model_path == model_path(staging.model_id)
-    if staged and (staging.model_id, staging.model_revision) == (DEFAULT_MODEL.model_id,
-                                                                 DEFAULT_MODEL.revision):
-        return DEFAULT_MODEL, ""
+    if config.shipped_shape is not None:
+        return config.shipped_shape, ""
     if staged:
         name, revision, key = staging.model_id, staging.model_revision, Key("staging.modelId")
         where = f"{key}={staging.model_id!r} at {staging.model_revision}"

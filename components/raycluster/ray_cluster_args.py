@@ -16,7 +16,7 @@ import pulumi
 
 from components.facts import pins
 from components.facts.hardware import PROFILES, Arch, HardwareProfile, NodeNetworking
-from components.schema.choices import ClusterMode
+from components.schema.choices import Capacity, ClusterMode
 from components.forms.image_refs import floating_tag
 
 
@@ -70,6 +70,9 @@ class VerlRayClusterArgs:
     pod_prerequisites: what must exist before Ray pods can run (the GPU pool, the network
         objects, the NCCL installer). Only the RayCluster waits for them: the operator and the
         NetworkPolicy are installed while the GPU nodes are still being created.
+    capacity: where the GPU nodes come from (`verl-gke:provisioning`); default reservation.
+        Sets how long `pulumi up` waits for the RayCluster to be ready
+        (ray_cluster_spec.ready_timeout_seconds): flex-start's wait for capacity happens there.
     """
 
     profile: HardwareProfile
@@ -89,6 +92,7 @@ class VerlRayClusterArgs:
     # components/run/trackers.py); default: none.
     tracker_secret: pulumi.Input[str] | None = None
     pod_prerequisites: Sequence[pulumi.Resource] = ()
+    capacity: Capacity = Capacity.RESERVATION
 
     def __post_init__(self) -> None:
         if self.mode in tuple(ClusterMode):

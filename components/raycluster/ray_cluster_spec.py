@@ -16,7 +16,7 @@ from components.facts.hardware import Arch, HardwareProfile, NodeNetworking, Pod
 from components.facts.layout import CHECKPOINT_MOUNT, DASHBOARD_PORT, DATA_MOUNT
 from components.observability import log_shipper
 from components.raycluster.ray_cluster_args import VerlRayClusterArgs
-from components.schema.choices import ClusterMode
+from components.schema.choices import Capacity, ClusterMode
 from components.storage.gcs_fuse_storage import CSI_DRIVER, MountUse, inline_attributes
 
 HEAD_PORTS = {"gcs-server": 6379, "dashboard": DASHBOARD_PORT, "client": 10001}
@@ -29,13 +29,45 @@ WORKER_GROUP = "gpu-group"
 # both the GKE Ray add-on's KubeRay and the pinned chart set.
 WAIT_FOR_READY = "jsonpath={.status.state}=ready"
 # Pulling the 20+ GB verl image and scaling GPU nodes up takes longer than the provider's
-# 10-minute default.
+# 10-minute default. With a reservation or spot the nodes exist once the GPU pool's create has
+# returned (its own bound: gpu_node_pool.CREATE_TIMEOUTS), so this is the image and Ray.
 READY_TIMEOUT_SECONDS = 3600
+# Flex-start: the pool starts empty and its VMs come "when available" (GKE, "About flex-start
+# provisioning mode", kubernetes-engine/docs/concepts/dws), requested by the cluster autoscaler
+# once these pods are pending: the wait for capacity happens inside this wait. Two hours of it,
+# then `up` fails, naming the RayCluster; its pods keep asking, so the next `up` waits again.
+# A budget chosen here (GKE publishes no wait time for flex-start capacity), not a measurement.
+FLEX_START_CAPACITY_SECONDS = 7200
+
+
+def ready_timeout_seconds(capacity: Capacity) -> int:
+    """How long `pulumi up` waits for the RayCluster to be ready, by where its nodes come from."""
+    if capacity is Capacity.FLEX_START:
+        return FLEX_START_CAPACITY_SECONDS + READY_TIMEOUT_SECONDS
+    return READY_TIMEOUT_SECONDS
+
 
 # Host paths GKE installs the GPU driver and the gIB NCCL plugin into.
 NVIDIA_HOST_PATH = "/home/kubernetes/bin/nvidia"
 GIB_HOST_PATH = "/home/kubernetes/bin/gib"
 NVIDIA_LIB64 = "/usr/local/nvidia/lib64"
+
+# The gIB NCCL plugin as a worker sees it (GIB_HOST_PATH mounted at /usr/local/gib): the file
+# NCCL_NET_PLUGIN names on A4 / A3 Ultra (components/runspec/run_env.py). The installer's init
+# container copies it there once the node has joined (`cp -r /var/lib/gib/.
+# /usr/local/home/kubernetes/bin/gib`, container-engine-accelerators
+# gpudirect-rdma/nccl-rdma-installer.yaml), beside the worker's pull of the verl image. Once the
+# image is pre-pulled (components/cluster/image_prepull.py) a worker can start before that copy
+# is done; NCCL opens the plugin only at the first collective, but nothing ordered the two.
+GIB_PLUGIN = "/usr/local/gib/lib64/libnccl-net_internal.so"
+# The worker waits for it this long, then starts anyway: the ClusterCheck fails `up`, naming the
+# gIB plugin, if NCCL then cannot load it. The installer pulls two small images and copies a few
+# files; ten minutes is a bound, not an estimate.
+GIB_WAIT_SECONDS = 600
+GIB_WAIT_RESOURCES = {"cpu": "100m", "memory": "64Mi"}
+# One attempt of the pods' start-time install (pins.POD_PACKAGES, `_with_pod_packages`): one
+# wheel, no dependencies; five minutes is a bound on a stuck download, not an estimate.
+POD_PACKAGES_TIMEOUT_SECONDS = 300
 
 # The head's /dev/shm: Ray sizes a node's object store at 30% of its memory
 # (ray/_private/ray_constants.py DEFAULT_OBJECT_STORE_MEMORY_PROPORTION), 9.6 GB of the head's
@@ -64,7 +96,7 @@ def render_ray_cluster(args: VerlRayClusterArgs) -> dict[str, Any]:
             "namespace": args.namespace,
             "annotations": {
                 "pulumi.com/waitFor": WAIT_FOR_READY,
-                "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_SECONDS),
+                "pulumi.com/timeoutSeconds": str(ready_timeout_seconds(args.capacity)),
             },
         },
         "spec": {
@@ -189,12 +221,17 @@ def _worker_group(args: VerlRayClusterArgs) -> dict[str, Any]:
             {"name": "gke-gcsfuse-cache", "emptyDir": {}},
         ],
     }
+    init_containers = []
+    if hw.networking is NodeNetworking.RDMA_VPC:
+        init_containers.append(_gib_wait(args.image_ref))
     if args.without_addon:
-        pod_spec["initContainers"] = [
+        init_containers.append(
             log_shipper.shipper_container(
                 args.image_ref, "ray-tmp-storage", "/tmp", log_shipper.SYSTEM_LOG_PATTERNS
             )
-        ]
+        )
+    if init_containers:
+        pod_spec["initContainers"] = init_containers
     annotations = _gcsfuse_annotations(args, "worker")
     if hw.networking is NodeNetworking.DRANET:
         claims = _resource_claims(args)
@@ -209,6 +246,29 @@ def _worker_group(args: VerlRayClusterArgs) -> dict[str, Any]:
         "maxReplicas": args.nodes,
         "rayStartParams": {"num-cpus": str(hw.worker_ray_cpus)},
         "template": {"metadata": {"annotations": annotations}, "spec": pod_spec},
+    }
+
+
+def _gib_wait(image: str) -> dict[str, Any]:
+    """An init container that waits, at most GIB_WAIT_SECONDS, for the gIB plugin on the node,
+    and always exits 0: a late installer delays the worker, it never fails the pod. The verl
+    image (already on the node for the worker) runs the loop; limits equal to requests keep the
+    worker pod's Guaranteed QoS (every container of a Guaranteed pod, init containers too,
+    has limits equal to requests: Kubernetes, "Configure Quality of Service for Pods")."""
+    attempts = GIB_WAIT_SECONDS // 2
+    script = (
+        f'i=0; while [ "$i" -lt {attempts} ]; do '
+        f"if [ -s {GIB_PLUGIN} ]; then sleep 2; exit 0; fi; i=$((i+1)); sleep 2; done; "
+        f'echo "{GIB_PLUGIN} is not on this node after {GIB_WAIT_SECONDS} s (the NCCL '
+        'installer DaemonSet has not run): starting without it; the cluster check fails if '
+        'NCCL cannot load it" >&2; exit 0'
+    )
+    return {
+        "name": "wait-for-gib",
+        "image": image,
+        "command": ["/bin/sh", "-c", script],
+        "volumeMounts": [{"name": "gib", "mountPath": "/usr/local/gib", "readOnly": True}],
+        "resources": {"limits": dict(GIB_WAIT_RESOURCES), "requests": dict(GIB_WAIT_RESOURCES)},
     }
 
 
@@ -241,12 +301,21 @@ def _with_pod_packages(container: dict[str, Any]) -> dict[str, Any]:
     container's command, in no set order, but reports the container Running (and the pod Ready)
     only once the hook has returned, and kills and restarts the container when it fails (the
     kubelet's FailedPostStartHook event says why). verl first imports transfer_queue in the
-    training's TaskRunner, after the RayCluster is ready and the ClusterCheck has passed.
+    training's TaskRunner, after the RayCluster is ready and the ClusterCheck has passed (which
+    fails `up`, naming the module, on a node that cannot import it).
+
+    Kept at start rather than moved into the image: an image of our own would need a build and a
+    registry to push it to, per architecture, and none exists where this program is built
+    (pins.py, the staging image's note); the pinned upstream tags are what verl's CI ran. It is
+    one wheel with --no-deps, from PyPI through the NAT. Bounded: each attempt ends
+    after POD_PACKAGES_TIMEOUT_SECONDS (pip's own socket timeout and retries bound a dead
+    connection, not a trickling one), and a failed attempt restarts the container, within the
+    RayCluster's wait (ready_timeout_seconds).
     """
     requirements = " ".join(package.requirement for package in pins.POD_PACKAGES)
     install = (
-        "python3 -m pip install --quiet --no-deps --disable-pip-version-check "
-        f"{requirements}"
+        f"timeout {POD_PACKAGES_TIMEOUT_SECONDS} python3 -m pip install --quiet --no-deps "
+        f"--disable-pip-version-check --timeout 30 --retries 3 {requirements}"
     )
     container["lifecycle"] = {"postStart": {"exec": {"command": ["/bin/bash", "-c", install]}}}
     return container

@@ -10,6 +10,33 @@ it through `roles/artifactregistry.reader` (components/cluster/node_identity.py)
 
 `mirrored` turns a Docker Hub reference into the mirror's; a reference that names another
 registry (it has a host with a dot or a port) is left as it is.
+
+Not done here: Artifact Registry's image prewarming, which fills the image streaming cache
+before any node asks (docs.cloud.google.com/artifact-registry/docs/prewarm-images). The API
+exists (`projects.locations.repositories.prewarmArtifact`, POST
+`v1/{repository}:prewarmArtifact`, body `PrewarmArtifactRequest` {tag | version: the full
+`projects/*/locations/*/repositories/*/packages/*/tags|versions/*` name, platform {architecture,
+os}, streamLocation, retentionDays (default 3), force}, answering a long-running Operation;
+`checkPrewarmedArtifact` reports state CACHING / ACTIVE / FAILED: artifactregistry v1 discovery
+document, revision 20261031, in google-api-python-client), but not for this repository, on a
+fresh project, as far as anything published says:
+- it names a tag or version of the repository, and a remote repository holds one only after a
+  client has pulled it through (a remote repository downloads and caches a package version the
+  first time it is requested: Artifact Registry, "Create remote repositories",
+  artifact-registry/docs/repositories/remote-repo); nothing documents a prewarm that makes a
+  remote repository fetch from upstream, so at the start of a first `up` it would name nothing;
+- multi-architecture images are not supported, a per-architecture version must be named
+  (prewarm-images, Limitations; the request's `platform` field is documented no further), and
+  whether the pinned tags are single-architecture manifests or indexes was not read (the
+  registry is not reachable from where this is written);
+- GKE image streaming on arm64 (A4X) nodes is documented nowhere that was found;
+- prewarmed images count against 100 GB per consumer project, and the cache expires (3 days by
+  default), so a later `up` would have to warm it again.
+A copy of the image into a standard repository first (which a prewarm could then name) would
+move ~30 GB through whatever runs the copy, on every `up` whose cache expired. Instead the
+pre-pull DaemonSet (components/cluster/image_prepull.py) makes the A4 / A3 Ultra system pool,
+which exists ~10 minutes before the GPU nodes, the repository's first client: its pull fetches
+the layers into the region, and each GPU node starts its own pull as it registers.
 """
 
 from __future__ import annotations
@@ -78,6 +105,7 @@ class ImageMirror(pulumi.ComponentResource):
     ) -> None:
         super().__init__("verl-gke:index:ImageMirror", name, None, opts)
         self._args = args
+        self._warned: set[str] = set()  # another registry's images, said once each
         self.repository = gcp.artifactregistry.Repository(
             f"{name}-repository",
             gcp.artifactregistry.RepositoryArgs(
@@ -105,7 +133,9 @@ class ImageMirror(pulumi.ComponentResource):
         """The mirror's reference for a Docker Hub image (plain text: checked at construction
         by the components that take it); pods using it must depend on this component."""
         args = self._args
-        if host := other_registry(image):
+        if (host := other_registry(image)) and image not in self._warned:
+            # Once per image: the RayCluster and the pre-pull DaemonSet both ask for the verl one.
+            self._warned.add(image)
             pulumi.log.warn(
                 f"image {image} is pulled directly from {host}, not through the stack's Docker "
                 "Hub mirror: no regional cache and no image streaming for it (push it to an "

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
-from components.supervisor import protocol
+from components.supervisor import protocol, recovery
 from components.run.following import Progress, tail_metrics
 from components.supervisor.protocol import RESUBMITTABLE, TERMINAL, Submission
 from components.run.ray_access import RayAccessError, RayJobs
@@ -37,6 +38,24 @@ def ending(jobs: RayJobs, info: dict[str, Any], settle: bool = True) -> protocol
     step = (tail_metrics(jobs, None, jobs.policy, info) or {}).get("step")
     return protocol.classify(jobs, info, protocol.failure(info, step), step,
                              jobs.policy.settle_s if settle else 0.0)
+
+
+def decide(
+    jobs: RayJobs, number: int, info: dict[str, Any], max_retries: int,
+    max_preemptions: int | None, deadline_s: float | None,
+) -> tuple[recovery.Decision, protocol.Ending | None]:
+    """What recovery.decide answers about attempt `number` (`info`; `jobs` is its own), which
+    ended without reaching the target `up` waits for, and how it ended when decide asked
+    (classified, settled). `up` is the one acting on the run, so its mark is settled; past the
+    deadline (job.deadlineHours, from the run's first attempt) it gives up as a tick would."""
+    budgets = recovery.Budgets(max_retries, max_preemptions, deadline_s=deadline_s)
+    seen = recovery.Ended(recovery.Actor.PROVIDER, number, info["status"],
+                          protocol.preemptions(info), first_start=protocol.first_start(info))
+    decision = recovery.decide(seen, budgets, time.time())
+    if isinstance(decision, recovery.Classify):
+        seen = replace(seen, ending=ending(jobs, info))
+        decision = recovery.decide(seen, budgets, time.time())
+    return decision, seen.ending
 
 
 def submit_or_adopt(

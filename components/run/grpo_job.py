@@ -1,8 +1,9 @@
 """GrpoJob: verl's GRPO training submitted to the RayCluster as a Ray job, tracked as a resource.
 
-The component computes everything about the run offline (overrides, entrypoint, runtime env, the
-run's checkpoint directory, a deterministic submission id, the export's command and resources),
-so the plan shows the exact command, and registers one dynamic resource whose provider talks to
+The component takes the run resolved once (components/runspec/run.py `ResolvedRun`: overrides,
+entrypoint, runtime env, the run's checkpoint directory, its problems), adds a deterministic
+submission id and the export's command and resources, so the plan shows the exact command, and
+registers one dynamic resource whose provider talks to
 Ray's Jobs API (components/run/job_provider.py). What the provider and the in-cluster supervisor
 agree on to never run two attempts at once is components/supervisor/protocol.py; the export's placement
 and memory check, components/run/export.py. It does not create the RayCluster, the bucket or
@@ -13,15 +14,12 @@ the dashboard (see components/run/ray_access.py).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import re
 from typing import Any
 
 import pulumi
 import pulumi.dynamic as dynamic
 
-from components.facts.hardware import HardwareProfile
 from components.facts.layout import DASHBOARD_PORT
 from components.options import child_options
 from components.run import export
@@ -37,17 +35,7 @@ from components.run.job_provider import (  # noqa: F401
 )
 from components.supervisor.protocol import RESOURCE_KEY, STACK_KEY, last_metrics  # noqa: F401
 from components.forms.pulumi_forms import Key
-from components.runspec.run import (
-    EXPORT_SUBDIR,
-    GrpoRunConfig,
-    entrypoint,
-    export_command,
-    run_dir_name,
-    run_problems,
-    runtime_env,
-    tensorboard_dir,
-    world_size,
-)
+from components.runspec.run import EXPORT_SUBDIR, ResolvedRun, digest
 
 @dataclasses.dataclass(frozen=True)
 class GrpoJobArgs:
@@ -58,9 +46,9 @@ class GrpoJobArgs:
     staging Job, so that a re-staging stops the job before it touches the bucket.
     """
 
-    run: GrpoRunConfig  # the stack config key verl-gke:job
-    profile: HardwareProfile  # the target's hardware row
-    nodes: int  # GPU worker replicas of the RayCluster
+    # The run, resolved once (StackConfig.runs, or the model check's for the model's shape): its
+    # command, env, directory and problems, for the target's hardware and the RayCluster's nodes.
+    run: ResolvedRun
     checkpoint_uri: pulumi.Input[str]  # gs://<bucket>/checkpoints: the root of every run's dir
     namespace: str  # where the RayCluster runs
     head_service: pulumi.Input[str]  # the RayCluster's head Service, <raycluster>-head-svc
@@ -68,8 +56,6 @@ class GrpoJobArgs:
     # holds no token; required unless run.dashboardAddress is set.
     kubeconfig: pulumi.Input[str] | None = None
     dashboard_port: int = DASHBOARD_PORT  # the head Service's dashboard port
-    # The revision of the model when it is the staged one (part of the run's identity).
-    model_revision: str | None = None
     # The staging Job's name (None when staging is skipped): it changes whenever staging would
     # rewrite files under /data, and the job is replaced, i.e. stopped first, when it does.
     staged: pulumi.Input[str | None] = None
@@ -85,8 +71,16 @@ class GrpoJobArgs:
     # it changes, which ends the live attempt, so the run is replaced (stopped first), resuming
     # from its checkpoints when its config is the same.
     ray_pods: pulumi.Input[str] | None = None
-    # Parameters of the trained model, for the export's memory (components/run/export.py).
-    model_parameters: float = export.DEFAULT_MODEL_PARAMETERS
+    # Parameters of the trained model, for the export's memory (components/run/export.py);
+    # default: the run's model's shape, else export.DEFAULT_MODEL_PARAMETERS.
+    model_parameters: float | None = None
+
+    @property
+    def parameters(self) -> float:
+        if self.model_parameters is not None:
+            return self.model_parameters
+        shape = self.run.model
+        return shape.parameter_count if shape else export.DEFAULT_MODEL_PARAMETERS
 
 
 class GrpoJob(pulumi.ComponentResource):
@@ -119,14 +113,12 @@ class GrpoJob(pulumi.ComponentResource):
     ) -> None:
         super().__init__("verl-gke:index:GrpoJob", name, None, opts)
         _validate(args)
-        command = entrypoint(args.run, args.profile, args.nodes, args.model_revision)
-        run_dir = run_dir_name(args.run, args.profile, args.nodes, args.model_revision)
-        env = runtime_env(args.profile, args.nodes, tensorboard_dir(args.run, run_dir))
+        run = args.run
+        command, run_dir, env = run.entrypoint, run.run_dir, run.runtime_env
         run_uri = pulumi.Output.from_input(args.checkpoint_uri).apply(
             lambda root: f"{root.rstrip('/')}/{run_dir}"
         )
-        exporting = args.run.export_model
-        gpus = world_size(args.run, args.profile, args.nodes)
+        exporting = run.lifecycle.export_model
         inputs = {
             "submission_id": submission_id(pulumi.get_stack(), name, command, env),
             "entrypoint": command,
@@ -135,16 +127,17 @@ class GrpoJob(pulumi.ComponentResource):
             "checked": args.checked,
             "ray_pods": args.ray_pods,
             "metadata": _metadata(args, name),
-            "wait_for": args.run.wait_for.value,
-            "timeout_s": args.run.timeout_minutes * 60,
-            "max_retries": args.run.max_retries,
-            "max_preemptions": args.run.max_preemptions,
+            "wait_for": run.lifecycle.wait_for.value,
+            "timeout_s": run.lifecycle.timeout_minutes * 60,
+            "max_retries": run.lifecycle.max_retries,
+            "max_preemptions": run.lifecycle.max_preemptions,
+            "deadline_s": run.lifecycle.deadline_hours * 3600,
             "access": _access(args),
             "checkpoint_uri": run_uri,
             "run_dir": run_dir,
-            "export_entrypoint": export_command(run_dir) if exporting else None,
+            "export_entrypoint": run.export_entrypoint,
             "export_resources": (
-                export.resources(args.model_parameters, gpus) if exporting else None
+                export.resources(args.parameters, run.world_size) if exporting else None
             ),
             "model_uri": (
                 run_uri.apply(lambda uri: f"{uri}/{EXPORT_SUBDIR}") if exporting else None
@@ -178,13 +171,13 @@ class GrpoJob(pulumi.ComponentResource):
 
 
 def _validate(args: GrpoJobArgs) -> None:
-    problems = run_problems(args.run, args.profile, args.nodes)
-    if args.run.export_model:
+    run = args.run
+    problems = list(run.problems)
+    if run.lifecycle.export_model:
         problems += export.memory_problems(
-            args.profile, args.model_parameters, world_size(args.run, args.profile, args.nodes),
-            str(Key("job.exportModel")),
+            run.profile, args.parameters, run.world_size, str(Key("job.exportModel")),
         )
-    if args.kubeconfig is None and args.run.dashboard_address is None:
+    if args.kubeconfig is None and run.lifecycle.dashboard_address is None:
         problems.append(
             f"GrpoJobArgs.kubeconfig is None and {Key('job.dashboardAddress')} is unset: pass "
             "the cluster's kubeconfig to port-forward to the head, or set dashboardAddress"
@@ -201,8 +194,7 @@ def submission_id(stack: str, name: str, command: str, env: dict) -> str:
 def deterministic_id(stack: str, name: str, config: dict[str, Any]) -> str:
     """verl-gke-<stack>-<name>-<12 hex of `config`>: the Ray submission id of a resource, the
     same for the same config, so a repeated `pulumi up` finds its job instead of adding one."""
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
-    return "-".join(["verl-gke", slug(stack), slug(name), digest])
+    return "-".join(["verl-gke", slug(stack), slug(name), digest(config)])
 
 
 def slug(text: str) -> str:
@@ -211,15 +203,15 @@ def slug(text: str) -> str:
 
 def _metadata(args: GrpoJobArgs, name: str) -> dict[str, str]:
     return {
-        **args.run.metadata,
+        **args.run.lifecycle.metadata,
         STACK_KEY: pulumi.get_stack(),
         RESOURCE_KEY: name,
-        "verl-gke-target": args.profile.target.value,
+        "verl-gke-target": args.run.profile.target.value,
     }
 
 
 def _access(args: GrpoJobArgs) -> dict[str, Any]:
-    access = access_inputs(args.run.dashboard_address, args.kubeconfig, args.namespace,
+    access = access_inputs(args.run.lifecycle.dashboard_address, args.kubeconfig, args.namespace,
                            args.head_service, args.dashboard_port)
     if "kubeconfig" in access and args.ray_cluster is not None and args.supervisor_state:
         access.update(ray_cluster=args.ray_cluster, state=args.supervisor_state)

@@ -9,7 +9,7 @@ export's `<run id>-export-a<N>` (protocol.py, docs/run-lifecycle.md).
   next). On a suspended RayCluster it first brings the cluster back (kube.gate). It then follows
   the attempt as far as `waitFor` says (default: verl's first training step), within
   `timeoutMinutes`, printing a line at each phase and a bounded heartbeat, and submitting the
-  next attempt after one that fails while the retry budget lasts;
+  next attempt after one that fails as recovery.decide says (budgets, deadline);
 - diff replaces the job when the run's config or the staged files change (stopping the old one
   first) and updates in place for metadata, waiting or access changes, and for a job that a
   refresh found FAILED or STOPPED (update submits the next attempt; a SUCCEEDED run is never
@@ -41,7 +41,7 @@ import pulumi.dynamic as dynamic
 
 from components import unknowns
 from components.run import attempts, export, timeline
-from components.supervisor import protocol
+from components.supervisor import protocol, recovery
 from components.run.following import Progress, iso, log_tail, poll, short, tail_metrics
 from components.run.job_outputs import PROVIDER_OUTPUTS
 from components.run.kube import gate, open_cluster
@@ -60,7 +60,7 @@ from components.runspec.lifecycle import WaitFor
 
 # Bump when the provider's behaviour changes: a changed input makes the engine call update,
 # because the provider itself is pickled by reference and its code is not part of the diff.
-PROVIDER_VERSION = "5"
+PROVIDER_VERSION = "6"
 
 # Statuses that satisfy each waitFor by themselves (first-step also needs a step line).
 _REACHED = {
@@ -77,7 +77,7 @@ REPLACE_KEYS = ("submission_id", "entrypoint", "runtime_env", "staged", "checked
 # from its submission, so a metadata change is recorded in the stack only. `job_state` carries
 # a refresh's finding (see _job_state).
 UPDATE_KEYS = (
-    "metadata", "wait_for", "timeout_s", "max_retries", "max_preemptions", "access",
+    "metadata", "wait_for", "timeout_s", "max_retries", "max_preemptions", "deadline_s", "access",
     "checkpoint_uri", "run_dir", "export_entrypoint", "export_resources", "model_uri", "version",
     "job_state",
 )
@@ -391,9 +391,10 @@ def _wait(
     jobs: RayJobs, number: int, props: dict[str, Any], policy: RequestPolicy,
     progress: Progress, note: attempts.Note,
 ) -> tuple[RayJobs, dict]:
-    """Follow attempt `number` until `wait_for`, submitting the next attempt after a FAILED
-    one while the budget of the way it ended lasts (maxPreemptions for a preemption,
-    maxRetries for a failure); returns the attempt followed last and its record.
+    """Follow attempt `number` until `wait_for`, and after one that ended without reaching it
+    do what recovery.decide answers, as the supervisor does: the next attempt while the budget
+    of the way it ended lasts (maxPreemptions for a preemption, maxRetries for a failure), else
+    fail with the reason; returns the attempt followed last and its record.
 
     A job is reported as having reached its target only if a status read after the target was
     seen still says so: however fast a job fails, it is never reported running. Only the
@@ -402,7 +403,8 @@ def _wait(
     wait_for = WaitFor(props["wait_for"])
     deadline = time.monotonic() + props["timeout_s"]
     budget = int(props.get("max_retries") or 0)
-    preemptions = props.get("max_preemptions")  # None: no limit
+    # None: no limit of preemptions; no deadline_s in a state from before it was an input.
+    preemptions, deadline_s = props.get("max_preemptions"), props.get("deadline_s")
     while True:
         attempt = jobs.for_id(protocol.attempt_id(jobs.submission_id, number))
         progress.follow(attempt)
@@ -414,10 +416,8 @@ def _wait(
             if confirmed["status"] not in RESUBMITTABLE:
                 return attempt, confirmed
             info = confirmed
-        ended = attempts.ending(attempt, info) if info["status"] == "FAILED" else None
-        spent = ended and protocol.budget_spent(number, protocol.preemptions(info), ended,
-                                                budget, preemptions)
-        if ended and not spent:
+        decision, ended = attempts.decide(attempt, number, info, budget, preemptions, deadline_s)
+        if isinstance(decision, recovery.Submit):
             used = protocol.counts(number, protocol.preemptions(info), {
                 "attempt": number, "preempted": ended.preempted})
             if ended.preempted:
@@ -428,7 +428,9 @@ def _wait(
                 progress.say(f"retry {used['failures']} of {budget} (verl-gke:job.maxRetries)")
             number = attempts.resubmit(jobs, props, number, info, progress, note, ended)
             continue
-        why = f"{ended.reason}; {spent}" if ended else info["status"]
+        # GiveUp: a budget spent; LeaveAlone: STOPPED (a person, or the supervisor's stop).
+        why = (f"{ended.reason}; {decision.reason}" if isinstance(decision, recovery.GiveUp)
+               else info["status"])
         raise RayAccessError(
             f"{attempt.where()} ended {why} ({short(info.get('message'))}) before reaching "
             f"{wait_for.value}. Last log lines:\n{log_tail(attempt, info)}\n"
@@ -496,5 +498,3 @@ def _observed(jobs: RayJobs, info: dict[str, Any], props: dict[str, Any],
                                     "preempted": preempted,
                                     "step": (metrics or {}).get("step")}),
     }
-
-

@@ -41,13 +41,15 @@ from components.options import child_options
 from components.runspec.lifecycle import SUPERVISOR_PERIOD_MINUTES, RunLifecycle
 
 _ROOT = Path(__file__).resolve().parent.parent.parent
-# The files the supervisor's pod runs, as `python -m components.supervisor.supervisor` in /app, each
-# at its path in the project (namespace packages: no __init__.py is needed): the supervisor, what
-# it does after the run, its I/O, the protocol it shares with the provider, and the verl facts
-# the protocol reads the job log with. ConfigMap keys cannot hold a '/', so each is keyed by its
-# file name.
+# The files the supervisor's pod runs, as `python -m components.supervisor.supervisor` in /app,
+# each at its path in the project (namespace packages: no __init__.py is needed): all of
+# components/supervisor/ (the supervisor, what it does after the run, its I/O, the protocol, the
+# run's state and the decision it shares with the provider) and the verl facts the protocol reads
+# the job log with (tests/test_layout.py holds the list to the room). ConfigMap keys cannot hold
+# a '/', so each is keyed by its file name.
 CODE_PATHS = ("components/supervisor/protocol.py", "components/supervisor/supervisor.py",
               "components/supervisor/supervisor_end.py", "components/supervisor/supervisor_io.py",
+              "components/supervisor/run_state.py", "components/supervisor/recovery.py",
               "components/facts/verl.py")
 CODE = {path.rsplit("/", 1)[1]: _ROOT / path for path in CODE_PATHS}
 APP_DIR = "/app"
@@ -67,7 +69,7 @@ def state_name(name: str) -> str:
 class RunSupervisorArgs:
     """What the supervisor follows and where."""
 
-    run: RunLifecycle  # the lifecycle keys of verl-gke:job
+    run: RunLifecycle  # the run's lifecycle keys (ResolvedRun.lifecycle, verl-gke:job)
     spec: Mapping[str, Any]  # GrpoJob.supervision_spec: id, entrypoint, env, metadata, export
     namespace: str
     ray_cluster: str  # the RayCluster's name

@@ -1,15 +1,20 @@
-"""The GRPO training run as data: its command line, resuming, export, and its problems.
+"""The GRPO training run resolved once (`ResolvedRun`): its command line, resuming, export,
+and its problems.
 
-Pure functions over `GrpoRunConfig` and a `HardwareProfile`; nothing here talks to Ray or
-Pulumi. `components/run/grpo_job.py` turns the result into a submitted Ray job. By concern:
+`resolve_run` turns a `GrpoRunConfig`, a `HardwareProfile`, the node count and the model's shape
+into one frozen value, and every later reader takes that value: the stack's config holds its runs
+resolved (StackConfig.runs), the model check resolves a run again only for a shape the config
+alone could not give, and the components (GrpoJob, RunSupervisor, ClusterCheck, the working
+directory's upload) and the tools read its fields. Nothing here talks to Ray or Pulumi;
+`components/run/grpo_job.py` turns the value into a submitted Ray job. By concern:
 - run_sizing.py: the defaults of every unset field, from the tutorial, the cluster and the
   model (`resolve`);
 - run_checks.py and run_memory.py: what verl or vLLM would refuse, and what would not fit;
 - run_identity.py: what names the run's checkpoint directory, and what keeps it;
 - run_env.py: the Ray runtime env, and the env verl's workers really get;
 - run_config.py: the config model (`GrpoRunConfig`) and each field's Hydra key;
-- here: the Hydra overrides and entrypoint, resuming, export, and the problems of a run
-  gathered in one list (`run_problems`).
+- here: the resolution itself (`resolve_run`): placing the paths, sizing, the identity, the
+  Hydra overrides and entrypoint, resuming, export, and the problems of a run in one list.
 
 Every run checkpoints to its own directory on the bucket and always resumes from it
 (`resume_mode=auto`, tutorial defect 6): `/checkpoint-bucket/checkpoints/<runName>-<N>gpu-<12
@@ -24,15 +29,18 @@ own config at that ref.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import shlex
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
 from pydantic.alias_generators import to_camel
 
-from components.facts import verl
+from components.facts import pins, verl
 from components.facts.hardware import HardwareProfile
+from components.facts.models import ModelShape
 from components.facts.layout import (
     CHECKPOINT_ROOT,
     CHECKPOINT_STEP_DIR,
@@ -42,7 +50,7 @@ from components.facts.layout import (
 )
 from components.messages import quoted
 from components.forms.hydra_overrides import PROTECTED_KEYS, override_problems, override_text
-from components.runspec.lifecycle import prune_command
+from components.runspec.lifecycle import RunLifecycle, prune_command
 from components.forms.pulumi_forms import Key
 from components.runspec.run_checks import batch_problems, hardware_problems, model_problems
 from components.runspec.run_config import (  # noqa: F401 (GrpoRunConfig and CONFIG_KEY re-exported)
@@ -58,9 +66,10 @@ from components.runspec.run_identity import (  # noqa: F401 (re-exported)
     CONTINUATION_FIELDS,
     CONTINUATION_OVERRIDES,
     REFERENCE_DTYPE,
+    digest,
     identity_of,
 )
-from components.runspec.run_inputs import path_problems, working_dir_problems
+from components.runspec.run_inputs import is_gs, path_problems, placed, working_dir_problems
 from components.runspec.run_memory import Offload
 from components.runspec.run_resume import (
     EXPORT_SUBDIR,
@@ -85,44 +94,116 @@ _OVERRIDE_KEY = re.compile(r"^(\+\+|\+|~)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+
 _RESUME_MODE_VAR, _RESUME_PATH_VAR = "VERL_GKE_RESUME_MODE", "VERL_GKE_RESUME_PATH"
 
 
-def world_size(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> int:
-    resolved = resolve(run, profile, nodes)
-    return resolved.nnodes * resolved.n_gpus_per_node
+@dataclass(frozen=True)
+class ResolvedRun:
+    """One run, resolved once: what every component and tool asks of it, computed together.
+
+    `resolve_run` builds it from the run's config, the cluster and the model's shape; nothing
+    downstream resolves the run again (pulumi-eks's CoreData: computed once, handed down). The
+    stack's runs are a mapping of these by name (StackConfig.runs): one today.
+    """
+
+    config: GrpoRunConfig  # as the stack configures it: paths as written, unset sizes None
+    # Every setting as the trainer gets it: each path as the pods read it (run_inputs.placed),
+    # each unset field filled (run_sizing.resolve), the model's shape when known (`model`).
+    settings: GrpoRunConfig
+    profile: HardwareProfile  # the target's hardware row
+    nodes: int  # GPU worker replicas of the RayCluster
+    model_revision: str | None  # the staged model's revision; None for a model of the user's own
+    identity: dict[str, Any]  # what names the checkpoint directory (run_identity.py)
+    run_dir: str  # <runName>-<N>gpu-<12 hex of the identity>
+    overrides: dict[str, str]  # main_ppo's Hydra overrides, in command-line order
+    entrypoint: str  # the exact shell command Ray runs on the head
+    runtime_env: dict[str, Any]  # the job's Ray runtime env (run_env.py)
+    problems: tuple[str, ...]  # every reason verl would refuse it on this cluster, with its fix
+
+    @property
+    def name(self) -> str:
+        """The run's name (`job.runName`): its key among the stack's runs."""
+        return self.config.run_name
+
+    @property
+    def model(self) -> ModelShape | None:
+        """The model's shape it was resolved for; None: unknown (sized for DEFAULT_MODEL)."""
+        return self.settings.model
+
+    @property
+    def world_size(self) -> int:
+        return self.identity["world_size"]
+
+    @property
+    def lifecycle(self) -> RunLifecycle:
+        """How far `pulumi up` follows the run and what happens to it afterwards."""
+        return self.config
+
+    @property
+    def image(self) -> str:
+        """The training image: job.image, or the pinned verl image of the target's arch."""
+        return self.settings.image or pins.VERL_IMAGES[self.profile.arch]
+
+    @property
+    def upload_dir(self) -> str | None:
+        """The local working directory to upload (run_inputs.py); None for none or a gs:// one."""
+        workdir = self.config.working_dir
+        return workdir if workdir is not None and not is_gs(workdir) else None
+
+    @property
+    def worker_env(self) -> dict[str, Any]:
+        """The runtime env a training worker ends up with (run_env.effective_env)."""
+        return effective_env(self.profile, self.nodes)
+
+    @property
+    def export_entrypoint(self) -> str | None:
+        """The export's command when the run exports its model (job.exportModel), else None."""
+        return export_command(self.run_dir) if self.lifecycle.export_model else None
+
+    def for_model(self, shape: ModelShape) -> ResolvedRun:
+        """This run resolved for a model of `shape` (the model check's, once it has read it)."""
+        return resolve_run(self.config, self.profile, self.nodes, self.model_revision, shape)
 
 
-def run_identity(
-    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
-) -> dict:
-    """Everything that shapes the run's state (components/runspec/run_identity.py)."""
-    return identity_of(resolve(run, profile, nodes), run, profile, model_revision)
+def resolve_run(
+    config: GrpoRunConfig, profile: HardwareProfile, nodes: int,
+    model_revision: str | None = None, shape: ModelShape | None = None,
+) -> ResolvedRun:
+    """The run resolved, once, for this cluster and model (`shape`, else the one `config`
+    carries): placed, sized, named, its command line, env and problems (ResolvedRun)."""
+    if shape is not None:
+        config = config.with_model(shape)
+    placed_run = placed(config)
+    sized = resolve(placed_run, profile, nodes)
+    identity = identity_of(sized, placed_run, profile, model_revision)
+    run_dir = f"{placed_run.run_name}-{identity['world_size']}gpu-{digest(identity)}"
+    overrides = _hydra_overrides(sized, run_dir)
+    return ResolvedRun(
+        config=config, settings=sized, profile=profile, nodes=nodes, model_revision=model_revision,
+        identity=identity, run_dir=run_dir, overrides=overrides,
+        entrypoint=_entrypoint(sized, overrides),
+        runtime_env=runtime_env(profile, nodes, tensorboard_dir(sized, run_dir)),
+        problems=tuple(_problems(sized, config.model_fields_set, profile, nodes, run_dir)),
+    )
 
 
-def run_dir_name(
-    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
-) -> str:
-    """`<runName>-<N>gpu-<12 hex of the identity>`: readable, and unique per identity."""
-    identity = run_identity(run, profile, nodes, model_revision)
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{run.run_name}-{identity['world_size']}gpu-{digest}"
+def runs_by_name(*runs: ResolvedRun) -> Mapping[str, ResolvedRun]:
+    """A stack's runs, keyed by name (read-only)."""
+    return MappingProxyType({run.name: run for run in runs})
 
 
-def hydra_overrides(
-    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
-) -> dict[str, str]:
-    """main_ppo's overrides: the tutorial's, in its order, then checkpointing, then extras."""
-    resolved = resolve(run, profile, nodes)
-    values = {"adv_estimator": "grpo", **resolved.model_dump()}
-    if not resolved.use_kl_loss:
+def _hydra_overrides(run: GrpoRunConfig, run_dir: str) -> dict[str, str]:
+    """main_ppo's overrides: the tutorial's, in its order, then checkpointing, then extras.
+    `run` is resolved (every field filled)."""
+    values = {"adv_estimator": "grpo", **run.model_dump()}
+    if not run.use_kl_loss:
         values["kl_coef"] = None  # no KL loss: the coefficient is refused when set (run_checks)
     overrides = {
         hydra_key: _hydra_value(values[field])
         for field, hydra_key in HYDRA_KEYS.items()
         if values[field] is not None
     }
-    if resolved.reward_function_path is not None and resolved.reward_function_name is None:
+    if run.reward_function_path is not None and run.reward_function_name is None:
         # The reward group's own default, written out: the run says which function it calls.
         overrides[verl.REWARD_FUNCTION_NAME] = verl.DEFAULT_REWARD_FUNCTION_NAME
-    if resolved.use_kl_loss:
+    if run.use_kl_loss:
         overrides[REFERENCE_DTYPE[0]] = REFERENCE_DTYPE[1]
     # verl's GRPO recipes drop prompts over max_prompt_length once, at start (components/facts/
     # verl.py): the agent loop no longer truncates (TRAINING-REVIEW-2.md finding 5).
@@ -133,9 +214,9 @@ def hydra_overrides(
     # verl's default of the day (components/facts/verl.py USE_V1).
     overrides[verl.USE_V1[0]] = verl.USE_V1[1]
     overrides.update({
-        key: "True" for key, modes in _OFFLOAD_KEYS.items() if resolved.offload in modes
+        key: "True" for key, modes in _OFFLOAD_KEYS.items() if run.offload in modes
     })
-    overrides.update(_checkpoint_overrides(run, profile, nodes, model_revision))
+    overrides.update(_checkpoint_overrides(run, run_dir))
     # verl prunes what this process saved (checkpoint_manager.py ensure_checkpoint_capacity);
     # the entrypoint's prune_command covers earlier attempts (lifecycle.py).
     overrides["trainer.max_actor_ckpt_to_keep"] = str(run.keep_checkpoints)
@@ -143,10 +224,8 @@ def hydra_overrides(
     return overrides
 
 
-def _checkpoint_overrides(
-    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None
-) -> dict[str, str]:
-    own = f"{CHECKPOINT_ROOT}/{run_dir_name(run, profile, nodes, model_revision)}"
+def _checkpoint_overrides(run: GrpoRunConfig, run_dir: str) -> dict[str, str]:
+    own = f"{CHECKPOINT_ROOT}/{run_dir}"
     overrides = {"trainer.default_local_dir": own, "trainer.resume_mode": "auto"}
     if run.resume_from is not None:
         overrides["trainer.resume_mode"] = f"${_RESUME_MODE_VAR}"
@@ -159,11 +238,8 @@ def _hydra_value(value: OverrideValue) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def entrypoint(
-    run: GrpoRunConfig, profile: HardwareProfile, nodes: int, model_revision: str | None = None
-) -> str:
+def _entrypoint(run: GrpoRunConfig, overrides: dict[str, str]) -> str:
     """The exact shell command Ray runs on the head: the tutorial's, each argument quoted."""
-    overrides = hydra_overrides(run, profile, nodes, model_revision)
     arguments = " ".join(_shell_argument(key, value) for key, value in overrides.items())
     prelude = prune_command(overrides["trainer.default_local_dir"], run.keep_checkpoints) + "; "
     if run.resume_from is not None:
@@ -246,17 +322,18 @@ def checkpoint_uri(bucket_url: str) -> str:
     return f"{bucket_url.rstrip('/')}/{CHECKPOINT_SUBPATH}"
 
 
-def run_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
-    """Every reason verl would refuse this run on this cluster, each with its fix; [] if none."""
-    resolved = resolve(run, profile, nodes)
-    user_set = run.model_fields_set
+def _problems(
+    run: GrpoRunConfig, user_set: Set[str], profile: HardwareProfile, nodes: int, run_dir: str,
+) -> list[str]:
+    """Every reason verl would refuse this run on this cluster, each with its fix; [] if none.
+    `run` is resolved; `user_set` the fields the user set."""
     return [
-        *hardware_problems(resolved, profile, nodes, user_set),
-        *batch_problems(resolved, user_set),
-        *model_problems(resolved, profile, user_set),
-        *_resume_problems(run, profile, nodes),
+        *hardware_problems(run, profile, nodes, user_set),
+        *batch_problems(run, user_set),
+        *model_problems(run, profile, user_set),
+        *_resume_problems(run),
         *begin_problems(run, user_set),
-        *_override_problems(run, profile, nodes),
+        *_override_problems(run, run_dir),
     ]
 
 
@@ -273,11 +350,11 @@ def _key(field: str) -> str:
     return f"{CONFIG_KEY}.{to_camel(field)}"
 
 
-def _resume_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
+def _resume_problems(run: GrpoRunConfig) -> list[str]:
     if run.resume_from is None:
         return []
     saved_by = int(RUN_DIR.match(run.resume_from).group("gpus"))
-    gpus = world_size(run, profile, nodes)
+    gpus = run.nnodes * run.n_gpus_per_node
     if saved_by == gpus:
         return []
     return [
@@ -288,7 +365,7 @@ def _resume_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -
     ]
 
 
-def _override_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int) -> list[str]:
+def _override_problems(run: GrpoRunConfig, run_dir: str) -> list[str]:
     typed = {hydra_key: field for field, hydra_key in HYDRA_KEYS.items()}
     typed.update(dict.fromkeys(_OFFLOAD_KEYS, "offload"))
     problems = []
@@ -325,7 +402,7 @@ def _override_problems(run: GrpoRunConfig, profile: HardwareProfile, nodes: int)
     # Every other override is parsed and merged with Hydra itself; the program's checkpoint keys
     # come before the extras on the command line, as they do here.
     program = {
-        key: value for key, value in _checkpoint_overrides(run, profile, nodes, None).items()
+        key: value for key, value in _checkpoint_overrides(run, run_dir).items()
         if key in PROTECTED_KEYS
     }
     return problems + override_problems(checked, program, _key("extra_overrides"))

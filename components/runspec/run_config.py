@@ -129,7 +129,7 @@ class GrpoRunConfig(RunLifecycle):
         "verl's GRPO recipes.",
     )
     # Megatron has other divisibility rules (tensor x pipeline x context parallel) that
-    # run_problems does not model, so only the FSDP strategies are accepted.
+    # the run's checks (run_checks.py) do not model, so only the FSDP strategies are accepted.
     actor_strategy: Literal["fsdp", "fsdp2"] = Field(
         "fsdp2", description="The actor's FSDP version."
     )

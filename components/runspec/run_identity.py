@@ -10,7 +10,9 @@ restarts the job, which resumes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
 
 from components.facts import pins
 from components.facts.hardware import HardwareProfile
@@ -64,6 +66,16 @@ CONTINUATION_OVERRIDES = frozenset({
     "actor_rollout_ref.model.enable_gradient_checkpointing",
     "actor_rollout_ref.model.enable_activation_offload",
 })
+# Hex digits of `digest`: enough to tell runs (and Ray submissions) apart, short enough to read.
+DIGEST_HEX = 12
+
+
+def digest(value: Any) -> str:
+    """12 hex of the SHA-256 of `value` as JSON with sorted keys: the same for the same value.
+    Names a run's directory (its identity) and a Ray submission (components/run/grpo_job.py)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:DIGEST_HEX]
+
+
 # Keys added after runs existed: absent from the identity while unset (image has its own line).
 # A warm start's source is one too: other initial weights are another run (run_resume.py).
 BROUGHT_FIELDS = ("working_dir", "reward_function_path", "reward_function_name", "warm_start_from")

@@ -5,7 +5,8 @@ itself: the zone against the region, the GPU capacity against the target and the
 the network and who may reach the control plane, every derived name against the API that
 receives it, each tracker against its credentials, and the `job` (run.py), `staging`
 (staging.py) and alert (observability.py) settings against the cluster. Each problem names the
-keys, the bad value and the fix; all of them are reported together.
+keys, the bad value and the fix; all of them are reported together. The run's problems are
+those of the run resolved once (StackConfig.runs), the value the program then takes as it is.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from components.schema import names
 from components.schema.choices import Capacity
 from components.schema.observability import observability_problems
 from components.forms.pulumi_forms import namespace
-from components.runspec.run import brought_problems, run_problems
+from components.runspec.run import brought_problems
 from components.runspec.run_experiment import experiment_problems, job_key
 from components.schema.staging import staging_problems
 
@@ -64,7 +65,7 @@ def cross_field_problems(config: StackConfig) -> list[str]:
     # range but positive is the user's, and the run's problems with it are reported in the same
     # round (the TP and the batch are checked against it, not held back: RE-10).
     if config.nodes >= 1:
-        problems += run_problems(config.run, config.hardware, config.nodes)
+        problems += [problem for run in config.runs.values() for problem in run.problems]
     problems += brought_problems(config.run, config.bucket)
     problems += experiment_problems(config.run, config.bucket, job_key)
     problems += staging_problems(config.staging)

@@ -10,14 +10,17 @@ that span keys), both standing on this module; it imports neither.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
+from functools import cached_property
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic.alias_generators import to_camel
 
 from components.facts.hardware import HardwareProfile, NodeNetworking, Target, profile
+from components.facts.models import DEFAULT_MODEL, ModelShape
 from components.schema import names
 from components.schema.choices import Capacity, ClusterMode
-from components.runspec.run import GrpoRunConfig
+from components.runspec.run import GrpoRunConfig, ResolvedRun, resolve_run, runs_by_name
 from components.schema.staging import StagingConfig, model_path
 
 _NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -204,6 +207,34 @@ class StackConfig(BaseModel):
         if self.run.model_path == model_path(self.staging.model_id):
             return self.staging.model_revision
         return None
+
+    @property
+    def shipped_shape(self) -> ModelShape | None:
+        """The model's shape when the config alone gives it: the default model at its pinned
+        revision, shipped as data (components/facts/models.py); None for any other model, whose
+        shape only the model check can read (components/preflight/model_shape.py)."""
+        staging = self.staging
+        if self.run.model_path == model_path(staging.model_id) and (
+                staging.model_id, staging.model_revision) == (DEFAULT_MODEL.model_id,
+                                                              DEFAULT_MODEL.revision):
+            return DEFAULT_MODEL
+        return None
+
+    @cached_property
+    def runs(self) -> Mapping[str, ResolvedRun]:
+        """The stack's runs by name, each resolved once (components/runspec/run.py) for this
+        cluster and `shipped_shape`: one today, `job`. The model check resolves a run again
+        only for a shape it reads that the config could not give (a model other than the
+        default). Needs at least one node (config.load checks the runs only then)."""
+        return runs_by_name(resolve_run(
+            self.run, self.hardware, self.nodes, self.model_revision, self.shipped_shape))
+
+    def model_copy(self, *, update: Mapping | None = None, deep: bool = False) -> StackConfig:
+        """A copy whose runs are resolved for its own values (pydantic would copy `runs` as
+        cached from this one)."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("runs", None)
+        return copied
 
     @property
     def exclusion_start(self) -> str | None:

@@ -2,8 +2,9 @@
 
 Two actors submit a run's Ray jobs: the Pulumi provider (components/run/job_provider.py), while
 a `pulumi up` follows it, and the supervisor in the cluster (components/supervisor/supervisor.py), at
-any time after that. Both call only the functions here, so that together they never run two
-attempts of a run at once. The state machine and its invariants: docs/run-lifecycle.md.
+any time after that. Both call only the functions here and recovery.decide (what follows an
+attempt that ended without success), so that together they never run two attempts of a run at
+once. The state machine and its invariants: docs/run-lifecycle.md.
 - One id per attempt. Attempt N of run R is the Ray job `R-a<N>`; attempt N of its export is
   `R-export-a<N>`. Ids are never reused and records are never deleted, so each attempt has its
   own record and its own driver log (Ray names the log by submission id, ray-2.47.0
@@ -196,12 +197,6 @@ def advance(
     return seen + 1
 
 
-def may_retry(number: int, max_retries: int) -> bool:
-    """Whether the retry budget allows an attempt after attempt `number` (the export's, whose
-    attempts are all failures)."""
-    return number < max_retries
-
-
 # --- How an attempt ended: a preemption or a failure --------------------------------------------
 
 # How long after an attempt's end a node it ran on may still be marked dead. The job can end
@@ -374,7 +369,8 @@ def _finite(text: str) -> float | None:
 #   `at` this tick saw: a give-up needs the next tick to see it unchanged),
 #   intent ({"action": "submit" | "export" | "release", "attempt": n, "reason": ...}, saved
 #   before the action, cleared once its result is saved), stopped ({"attempt", "reason"} of a
-#   stop of its own, saved before the stop), ended ({"attempt", "by", "reason", "at"}),
+#   stop of its own, saved before the stop), ended ({"attempt", "by", "reason", "at", and
+#   since run_state.py "cause", an EndReason, and "release" when it releases}),
 #   export_attempt, export_status, released, released_at, released_reason, settled_mark (the
 #   provider's mark `at` when the run ended or was released here: a later change of the mark is
 #   an explicit `pulumi up` acting on the run again), updated (epoch seconds).

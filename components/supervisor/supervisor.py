@@ -2,8 +2,8 @@
 
 A CronJob (components/run/supervision.py, `concurrencyPolicy: Forbid`, so one tick at a time)
 runs `python -m components.supervisor.supervisor` with this file, supervisor_end.py (the export and
-the release after the run), supervisor_io.py (its Ray and Kubernetes clients) and protocol.py
-mounted from a ConfigMap, and the run's spec (`run.json`,
+the release after the run), supervisor_io.py (its Ray and Kubernetes clients), protocol.py,
+recovery.py and run_state.py mounted from a ConfigMap, and the run's spec (`run.json`,
 written by Pulumi) next to them. Each tick reads its state ConfigMap (its own record, and the
 provider's mark: which run the stack wants), lists the run's attempts in Ray through the head
 Service (Jobs REST API, no port-forward), and acts on the newest attempt (the state machine:
@@ -21,9 +21,12 @@ docs/run-lifecycle.md):
 - SUCCEEDED: runs the export (`<run id>-export-a<N>`, on a GPU worker), then, with
   `release_gpus`, suspends the RayCluster: KubeRay deletes every Ray pod and the GPU nodes are
   free. A run given up (budget, deadline, export failed for good) is released too.
-Every action is saved as an intent before it is taken, so a tick that dies half way is finished
-by the next. What it did is kept in its record (protocol.RECORD_KEY), which the provider reads on
-`pulumi refresh`, and printed to its log.
+What follows an attempt that ended without success is recovery.decide, the decision the
+provider's `up` makes too; every write of the record is a named transition of run_state.py,
+whose RunState is the run's state as that record holds it. Every action is saved as an intent
+before it is taken, so a tick that dies half way is finished by the next. What it did is kept
+in its record (protocol.RECORD_KEY), which the provider reads on `pulumi refresh`, and printed
+to its log.
 
 Standard library only, so that its image is a plain Python (components/facts/pins.py). It
 talks to Kubernetes with its service account's token: a Role allows it to read and patch its
@@ -36,10 +39,13 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
-from components.supervisor import protocol
+from components.supervisor import protocol, recovery, run_state
 from components.supervisor.protocol import RESUBMITTABLE, TERMINAL, Submission
+from components.supervisor.recovery import Actor, Classify, Ended, GiveUp, Submit, Wait
+from components.supervisor.run_state import EndReason, RunState
 from components.supervisor.supervisor_end import AfterTheRun
 # The I/O, re-exported: tests and tools use them from here.
 from components.supervisor.supervisor_io import (  # noqa: F401
@@ -77,8 +83,9 @@ class _Tick(AfterTheRun):
         self.run_id = spec["submission_id"]
         self._say = say
         self.max_retries = int(spec["max_retries"])
-        # None: preemptions are resumed without limit, within the deadline.
-        self.max_preemptions = spec.get("max_preemptions")
+        # max_preemptions None: preemptions are resumed without limit, within the deadline.
+        self.budgets = recovery.Budgets(self.max_retries, spec.get("max_preemptions"),
+                                        spec["deadline_s"])
 
     def say(self, text: str) -> None:
         self._say(f"{self.run_id}: {text}")
@@ -87,14 +94,15 @@ class _Tick(AfterTheRun):
         state = self.cluster.state()
         record = state.get(protocol.RECORD_KEY) or {}
         if record.get("submission_id") != self.run_id:
-            record = {"submission_id": self.run_id}  # a new run: the last one's record is moot
+            record = run_state.new_record(self.run_id)  # a new run: the last one's is moot
         self.record, self.mark = record, state.get(protocol.MARK_KEY) or {}
         self.submitted = state.get(protocol.SUBMITTED_KEY)
         # Whether the previous tick saw the same mark: if not, a `pulumi up` may be acting on
-        # the run right now (see _next).
+        # the run right now (recovery.Ended.mark_settled).
         self.mark_seen = "mark_at" in record and record["mark_at"] == self.mark.get("at")
         intent = record.get("intent") or {}
-        if intent.get("action") == "release" and not protocol.not_ours(self.run_id, self.mark):
+        if run_state.state_of(record) is RunState.RELEASING and not protocol.not_ours(
+                self.run_id, self.mark):
             self._release(intent["reason"])  # a dead tick's release: no Ray needed (no head)
             return self._save()
         if ("settled_mark" in record and not self.mark.get("ended")
@@ -105,9 +113,8 @@ class _Tick(AfterTheRun):
             # changed. Compared for a change, never by time: the provider's clock is the
             # user's machine's.
             self.say("`pulumi up` acted on the run after it ended here; following it again")
-            record.update(released=False, released_reason=None, ended=None)
-            record.pop("settled_mark")
-        if record.get("released"):
+            run_state.set_reopened(record)
+        if run_state.state_of(record) is RunState.RELEASED:
             return record  # the head and its job table are gone with the pods
         self.jobs = self.ray(self.run_id)
         listing = self.jobs.list_jobs()
@@ -135,7 +142,7 @@ class _Tick(AfterTheRun):
         intent = record.get("intent") or {}
         if intent.get("action") == "submit":
             if newest is not None and newest >= intent["attempt"]:
-                record["intent"] = None  # the dead tick's submission reached Ray
+                run_state.clear_intent(record)  # the dead tick's submission reached Ray
             else:  # finish what it started
                 self._submit(intent["attempt"], intent["reason"], intent.get("preempted", 0))
                 return
@@ -143,22 +150,12 @@ class _Tick(AfterTheRun):
             self._missing(known)
             return
         info = found[newest]
-        if known != newest:
-            record.update(attempt=newest, step_attempt=None)
-        record["preempted"] = protocol.preemptions(info)
-        ended = record.get("ended") or {}
-        if ended.get("attempt") is not None and ended["attempt"] < newest:
-            record["ended"] = None  # an explicit `pulumi up` submitted a newer attempt
-        started = protocol.first_start(info)
-        if started is not None:
-            record["first_start"] = min(started, record.get("first_start") or started)
-        record.update(status=info["status"],
-                      last_failure=(info.get("metadata") or {}).get(protocol.LAST_FAILURE_KEY))
+        run_state.set_seen(record, newest, info, protocol.first_start(info))
         jobs = self.ray(protocol.attempt_id(self.run_id, newest))
         if info["status"] in TERMINAL and record.get("step_attempt") != newest:
             step = self._metrics(jobs, info).get("step")  # ended between two ticks: read once
             if step is not None:
-                record.update(step=step, step_attempt=newest)
+                run_state.set_step(record, newest, step)
         if record.get("ended"):
             stopped = record.get("stopped") or {}
             if info["status"] not in TERMINAL and stopped.get("attempt") == newest:
@@ -179,7 +176,6 @@ class _Tick(AfterTheRun):
         # submitted since (protocol.SUBMITTED_KEY). A lost attempt is a failure: the head is not
         # a GPU node, and what took it (its node, or the driver's memory) cannot be told apart.
         lost, preempted = protocol.lost_attempt(self.run_id, record, self.submitted) or (0, 0)
-        record["preempted"] = preempted
         if known is None:
             # This spec reaches the CronJob only once the run's create returned (the supervisor
             # depends on the job), i.e. after attempt 0 at least was submitted: Ray lost it with
@@ -187,10 +183,11 @@ class _Tick(AfterTheRun):
             # here.) The provider's note (protocol.SUBMITTED_KEY) names a later one if it
             # submitted one; either way the lost attempt counts, and the next one follows it.
             self.say(f"attempt {lost} is gone from Ray with its head's job table")
-            record.update(status="LOST")
-            self._next(lost, self._ended(lost, protocol.Ending(
-                False, "lost with the Ray head before its first step")))
+            run_state.set_lost(record, preempted)
+            self._next(lost, "LOST", protocol.Ending(
+                False, "lost with the Ray head before its first step"))
             return
+        run_state.set_preempted(record, preempted)
         if record.get("status") == "SUCCEEDED":
             self._finish()
             return
@@ -199,8 +196,8 @@ class _Tick(AfterTheRun):
         step = record.get("step") if record.get("step_attempt") == lost else None
         why = protocol.failure({"status": "lost with the Ray head"}, step)
         self.say(f"attempt {lost} is gone from Ray with its head's job table ({why})")
-        record.update(status="LOST")
-        self._next(lost, self._ended(lost, protocol.Ending(False, why)))
+        run_state.set_lost(record, preempted)
+        self._next(lost, "LOST", protocol.Ending(False, why))
 
     def _follow(self, jobs: Any, info: dict[str, Any]) -> None:
         """A live attempt: track its steps; stop it at the deadline or when it stalls."""
@@ -212,102 +209,102 @@ class _Tick(AfterTheRun):
         step = self._metrics(jobs, info).get("step") if info.get("driver_node_id") else None
         if step is not None and (record.get("step_attempt") != number
                                  or step != record.get("step")):
-            record.update(step=step, step_attempt=number, last_step_at=now)
-            record.setdefault("first_step_at", now)
+            run_state.set_step(record, number, step, now)
         started = (info.get("start_time") or now * 1000) / 1000
         progress = record["last_step_at"] if record.get("step_attempt") == number else started
         if now - record.get("first_start", started) > self.spec["deadline_s"]:
-            reason = f"deadline of {_duration(self.spec['deadline_s'])} reached"
-            record["ended"] = {"attempt": number, "by": "supervisor", "reason": reason,
-                               "release": True, "at": now}
-            self._stop(jobs, reason)
+            reason = f"deadline of {recovery.duration(self.spec['deadline_s'])} reached"
+            self._stop(jobs, reason, EndReason.DEADLINE)
         elif now - progress > self.spec["stall_s"]:
             where = f"after step {int(step)}" if step is not None else "before its first step"
-            self._stop(jobs, f"no new step for {_duration(self.spec['stall_s'])} {where}")
+            self._stop(jobs, f"no new step for {recovery.duration(self.spec['stall_s'])} {where}")
 
-    def _stop(self, jobs: Any, reason: str) -> None:
-        """Save the stop, then make it: the next tick knows the STOPPED record is its own."""
+    def _stop(self, jobs: Any, reason: str, ends: EndReason | None = None) -> None:
+        """Save the stop (and the run's end, if it `ends` it), then make it: the next tick
+        knows the STOPPED record is its own."""
         self.say(f"stopping attempt {self.record['attempt']}: {reason}")
-        self.record["stopped"] = {"attempt": self.record["attempt"], "reason": reason}
+        run_state.set_stopping(self.record, reason)
+        if ends is not None:
+            run_state.set_ended(self.record, self.record["attempt"], ends, reason, self.now())
         self._save()
         jobs.stop()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             info = jobs.info()
             if info is None or info["status"] in TERMINAL:
-                self.record["status"] = info["status"] if info else None
+                run_state.set_status(self.record, info["status"] if info else None)
                 return
             time.sleep(1)
 
     def _retry(self, info: dict[str, Any]) -> None:
         """A FAILED attempt, or one this supervisor stopped for a stall: the next one, if
-        allowed. A STOPPED one it did not stop was ended by a person: left as it is."""
+        recovery.decide allows it. A STOPPED one it did not stop was ended by a person: left as
+        it is."""
         record, number = self.record, self.record["attempt"]
         stopped = record.get("stopped") or {}
         ours = stopped.get("attempt") == number
-        if info["status"] == "STOPPED" and not ours:
-            record["ended"] = {"attempt": number, "by": "someone else", "at": self.now(),
-                               "reason": "stopped by someone else: left as it is"}
-            return
-        step = record.get("step") if record.get("step_attempt") == number else None
         ending = record.get("ending") or {}
-        if ending.get("attempt") == number:  # classified by an earlier tick
-            self._next(number, protocol.Ending(ending["preempted"], ending["reason"]))
-            return
-        why = stopped["reason"] if ours else protocol.failure(info, step)
-        jobs = self.ray(protocol.attempt_id(self.run_id, number))
-        settle_s = self.spec.get("settle_s", protocol.SETTLE_S)  # shorter in tests on a real Ray
-        ending = protocol.classify(jobs, info, why, step, settle_s)
-        if not ending.known and record.get("unknown_ending") != number:
-            # Ray's State API failed: the next tick asks again; a second failure counts it as a
-            # failure (maxRetries bounds that), so that an outage never stops the run for good.
-            record["unknown_ending"] = number
-            self.say(f"attempt {number}: {ending.reason}; the next tick looks again")
-            return
-        self._next(number, self._ended(number, ending))
+        seen = self._seen(number, info["status"], stopped_here=ours, ending=protocol.Ending(
+            ending["preempted"], ending["reason"]) if ending.get("attempt") == number else None)
+        decision = recovery.decide(seen, self.budgets, self.now())
+        if isinstance(decision, Classify):
+            step = record.get("step") if record.get("step_attempt") == number else None
+            why = stopped["reason"] if ours else protocol.failure(info, step)
+            jobs = self.ray(protocol.attempt_id(self.run_id, number))
+            settle_s = self.spec.get("settle_s", protocol.SETTLE_S)  # shorter on a real Ray
+            seen = replace(seen, ending=protocol.classify(jobs, info, why, step, settle_s))
+            decision = recovery.decide(seen, self.budgets, self.now())
+            if not (isinstance(decision, Wait) and decision.classify_again):
+                self._ended(number, seen.ending)
+        self._act(number, decision)
 
-    def _ended(self, number: int, ending: protocol.Ending) -> protocol.Ending:
+    def _next(self, number: int, status: str, ending: protocol.Ending) -> None:
+        """Attempt `number` ended (`status`) as `ending`, known without asking Ray: keep how,
+        and do what recovery.decide says."""
+        self._ended(number, ending)
+        seen = self._seen(number, status, ending=ending)
+        self._act(number, recovery.decide(seen, self.budgets, self.now()))
+
+    def _seen(self, number: int, status: str, **more: Any) -> Ended:
+        """What this tick saw of attempt `number`, for recovery.decide."""
+        record = self.record
+        return Ended(Actor.SUPERVISOR, number, status, record.get("preempted") or 0,
+                     asked_before=record.get("unknown_ending") == number,
+                     first_start=record.get("first_start"), mark_settled=self.mark_seen,
+                     **more)
+
+    def _ended(self, number: int, ending: protocol.Ending) -> None:
         """Keep how attempt `number` ended in the record (the outputs' counts read it)."""
-        self.record["ending"] = {"attempt": number, "preempted": ending.preempted,
-                                 "reason": ending.reason}
+        run_state.set_ending(self.record, number, ending)
         if ending.preempted:
             self.say(f"attempt {number} was {ending.reason}")
-        return ending
 
-    def _next(self, number: int, ending: protocol.Ending) -> None:
-        """The attempt after `number`, within the deadline and the budget of the way it ended
-        (maxPreemptions for a preemption, maxRetries for a failure); else give up."""
-        record, now = self.record, self.now()
-        preempted = record.get("preempted") or 0
-        spent = protocol.budget_spent(number, preempted, ending, self.max_retries,
-                                      self.max_preemptions)
-        past = now - record.get("first_start", now) > self.spec["deadline_s"]
-        if (past or spent) and not self.mark_seen:
-            # The provider wrote its mark since the last tick (or this is the first): a
-            # `pulumi up --refresh` that found this attempt ended may be resubmitting it, the
-            # user's decision, after waiting as long as this tick did for a lost node. Giving up
-            # now would release the GPUs under that attempt; the next tick decides.
-            self.say(f"attempt {number} ended ({ending.reason}); not giving up before the next "
-                     "tick: `pulumi up` may be acting on the run")
-        elif past:
-            self._give_up(number, f"deadline of {_duration(self.spec['deadline_s'])} reached")
-        elif spent:
-            self._give_up(number, spent)
-        else:
-            self._submit(number + 1, ending.reason, preempted + ending.preempted)
+    def _act(self, number: int, decision: recovery.Decision) -> None:
+        """Do what recovery.decide answered about attempt `number`."""
+        if isinstance(decision, Submit):
+            self._submit(decision.attempt, decision.reason, decision.preempted)
+        elif isinstance(decision, GiveUp):
+            self._give_up(number, decision.reason, decision.cause)
+        elif isinstance(decision, Wait) and decision.classify_again:
+            # Ray's State API failed: the next tick asks again; a second failure counts it as a
+            # failure (maxRetries bounds that), so that an outage never stops the run for good.
+            run_state.set_unknown_ending(self.record, number)
+            self.say(f"attempt {number}: {decision.reason}")
+        elif isinstance(decision, Wait):
+            self.say(f"attempt {number} {decision.reason}")
+        else:  # LeaveAlone: a person decided
+            run_state.set_ended(self.record, number, decision.cause, decision.reason, self.now())
 
-    def _give_up(self, number: int, reason: str) -> None:
+    def _give_up(self, number: int, reason: str, cause: EndReason) -> None:
         self.say(f"{self.record.get('status')}; {reason}")
-        self.record["ended"] = {"attempt": number, "by": "supervisor", "reason": reason,
-                                "release": True, "at": self.now()}
+        run_state.set_ended(self.record, number, cause, reason, self.now())
 
     def _submit(self, number: int, why: str, preempted: int) -> None:
         """Attempt `number`, after `preempted` preemptions: the intent is saved first, the
         provider's mark read again right before the POST (a `pulumi up` may have ended or
         replaced the run meanwhile)."""
         record = self.record
-        record["intent"] = {"action": "submit", "attempt": number, "reason": why,
-                            "preempted": preempted}
+        run_state.set_intent(record, "submit", why, number, preempted)
         self._save()
         if self._mark_forbids():
             return
@@ -317,15 +314,14 @@ class _Tick(AfterTheRun):
             self.say(f"attempt {number} submitted after {why}")
         else:
             self.say(f"adopted attempt {number} (submitted by another actor)")
-        record.update(attempt=number, preempted=preempted, status="PENDING", step_attempt=None,
-                      last_failure=why, intent=None)
+        run_state.set_submitted(record, number, preempted, why)
 
     def _mark_forbids(self) -> bool:
         mark = self.cluster.state().get(protocol.MARK_KEY) or {}
         why_not = protocol.not_ours(self.run_id, mark)
         if why_not:
             self.say(f"not submitting: {why_not}")
-            self.record["intent"] = None
+            run_state.clear_intent(self.record)
             self._stand_down(why_not)
         return bool(why_not)
 
@@ -337,9 +333,9 @@ class _Tick(AfterTheRun):
         record = self.record
         if (record.get("ended") or {}).get("reason") != why_not:
             self.say(f"{why_not}: nothing more is done for this run")
-            record["ended"] = {"attempt": record.get("attempt"), "by": "pulumi",
-                               "reason": why_not, "at": self.now()}
-        record["intent"] = None
+            run_state.set_ended(record, record.get("attempt"), EndReason.BY_PULUMI, why_not,
+                            self.now())
+        run_state.clear_intent(record)
         for number, info in [*self.found.items(), *self.exports.items()]:
             if info.get("status") not in TERMINAL:
                 self.say(f"stopping {info['submission_id']} ({why_not})")
@@ -370,22 +366,12 @@ class _Tick(AfterTheRun):
 
     def _save(self, version: str | None = None) -> dict[str, Any]:
         record = self.record
-        if (record.get("ended") or record.get("released")) and "settled_mark" not in record:
-            record["settled_mark"] = self.mark.get("at")  # the mark as it was when it ended here
-        record["updated"] = self.now()
-        record["mark_at"] = self.mark.get("at")
-        record["state"] = protocol.describe(record)
+        run_state.set_saved(record, self.mark.get("at"), self.now(), protocol.describe(record))
         if version is None:
             self.cluster.save(record)
         else:
             self.cluster.save(record, version)
         return record
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:g} h"
-    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
 def main() -> int:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.supervisor import protocol
-from components.supervisor.protocol import TERMINAL, Submission
+from components.supervisor import protocol, recovery, run_state
+from components.supervisor.protocol import TERMINAL, Ending, Submission
+from components.supervisor.recovery import Actor, Ended, GiveUp, LeaveAlone, Submit
 
 
 class AfterTheRun:
     """The export and the release, mixed into supervisor._Tick: they read and write its
-    `record` and use its `spec`, `ray`, `cluster`, `mark`, `exports`, `say`, `now`, `_save`,
-    `_give_up` and `_mark_forbids`."""
+    `record` and use its `spec`, `ray`, `cluster`, `mark`, `mark_seen`, `max_retries`,
+    `exports`, `say`, `now`, `_save`, `_give_up` and `_mark_forbids`."""
 
     def _finish(self) -> None:
         """SUCCEEDED: export (its own attempts, its own budget), then release the GPUs."""
@@ -46,40 +47,47 @@ class AfterTheRun:
             if known is None:
                 return self._submit_export(run, job, 0, None)
             if record.get("export_status") in (None, "PENDING", "RUNNING", "LOST"):
-                return self._retry_export(run, job, known, "export lost with the Ray head")
+                return self._retry_export(run, job, known, "LOST",
+                                          "export lost with the Ray head")
             info = {"status": record.get("export_status")}
         else:
             info = exports[newest]
-            record.update(export_attempt=newest, export_status=info["status"])
+            run_state.set_export_seen(record, newest, info["status"])
             if intent.get("action") == "export":
-                record["intent"] = None
+                run_state.clear_intent(record)
         status = info["status"]
         if status == "SUCCEEDED":
             return True
-        if status == "STOPPED":
-            record["ended"] = {"attempt": record.get("attempt"), "by": "someone else",
-                               "at": self.now(),
-                               "reason": "export stopped by someone else: left as it is"}
-        elif status == "FAILED":
-            self._retry_export(run, job, record["export_attempt"], "export FAILED")
+        if status in ("STOPPED", "FAILED"):
+            self._retry_export(run, job, record["export_attempt"], status, "export FAILED")
         return False
 
-    def _retry_export(self, run: str, job: Submission, number: int, why: str) -> bool:
-        if protocol.may_retry(number, self.max_retries):
-            return self._submit_export(run, job, number + 1, why)
-        self._give_up(self.record.get("attempt", 0),
-                      f"export failed; retry budget of {self.max_retries} spent")
+    def _retry_export(self, run: str, job: Submission, number: int, status: str,
+                      why: str) -> bool:
+        """Export attempt `number` ended (`status`, `why`): what recovery.decide answers."""
+        seen = Ended(Actor.SUPERVISOR, number, status, 0, ending=Ending(False, why),
+                     mark_settled=self.mark_seen, export=True)
+        decision = recovery.decide(seen, recovery.Budgets(self.max_retries), self.now())
+        if isinstance(decision, Submit):
+            return self._submit_export(run, job, decision.attempt, decision.reason)
+        if isinstance(decision, GiveUp):
+            self._give_up(self.record.get("attempt", 0), decision.reason, decision.cause)
+        elif isinstance(decision, LeaveAlone):  # a person stopped it
+            run_state.set_ended(self.record, self.record.get("attempt"), decision.cause,
+                                decision.reason, self.now())
+        else:
+            self.say(f"export attempt {number} {decision.reason}")
         return False
 
     def _submit_export(self, run: str, job: Submission, number: int, why: str | None) -> bool:
         record = self.record
-        record["intent"] = {"action": "export", "attempt": number, "reason": why}
+        run_state.set_intent(record, "export", why, number)
         self._save()
         if self._mark_forbids():
             return False
         protocol.submit_attempt(self.ray, run, number, job, why)
         self.say(f"export attempt {number} submitted")
-        record.update(export_attempt=number, export_status="PENDING", intent=None)
+        run_state.set_export_submitted(record, number)
         return False
 
     def _release(self, reason: str) -> None:
@@ -92,7 +100,7 @@ class AfterTheRun:
         intent and waits until the release is done before it resumes the cluster and submits
         (GrpoJobProvider._await_release), so a new run is never suspended by an old one."""
         record = self.record
-        if (record.get("intent") or {}).get("action") != "release":
+        if run_state.state_of(record) is not run_state.RunState.RELEASING:
             live = [job["submission_id"] for job in self.ray(self.run_id).list_jobs()
                     if job.get("status") not in TERMINAL]
             if live:
@@ -110,8 +118,8 @@ class AfterTheRun:
             if why_not:
                 self.say(f"not releasing the GPUs: {why_not}")
                 return
-            record["intent"] = {"action": "release", "reason": reason}
+            run_state.set_intent(record, "release", reason)
             self._save(version=fresh.get("version"))
         self.say(f"{reason}; suspending the RayCluster")
         self.cluster.suspend()
-        record.update(released=True, released_at=self.now(), released_reason=reason, intent=None)
+        run_state.set_released(record, reason, self.now())
