@@ -54,8 +54,8 @@ class RunLifecycle(BaseModel):
     timeout_minutes: int = Field(
         45, gt=0,
         description="How long `pulumi up` waits for `waitFor` before failing. default: 45, "
-        "the estimated ~15 min from submission to the first step (tools/critical_path.py, an "
-        "estimate) three times over.",
+        "the estimated 7-8 min from submission to the first step (make critical-path, an "
+        "estimate) about six times over.",
     )
     dashboard_address: str | None = Field(
         None,
