@@ -1,4 +1,4 @@
-"""The simulated Ray (tests/sim/ray_model.py) against the real Ray 2.47.0: one script, both.
+"""The simulated Ray (tests/models/ray_jobs.py) against the real Ray 2.47.0: one script, both.
 
 The script does what the program relies on: submit; submit the same id ("already exists");
 info of an unknown id (404); delete a live job ("non-terminal state"); stop it; delete it once

@@ -12,7 +12,7 @@ A Service with no pod behind it: `kubectl port-forward svc/...` resolves it to a
 (kubernetes `staging/src/k8s.io/kubectl/pkg/polymorphichelpers/helpers.go` GetPodList, which
 watches until a pod runs or `--pod-running-timeout`, 1m by default, passes), then fails.
 A head container restart (OOM, eviction, node repair) takes the GCS and its job table with it
-(ray_model.py) and the workers' raylets exit with it; KubeRay restarts them.
+(ray_jobs.py) and the workers' raylets exit with it; KubeRay restarts them.
 A GPU worker pod lost with its node (a spot VM reclaimed): every reconcile pass creates the
 worker pods a group is missing (:1167 `diff := numExpectedWorkerPods - len(runningPods.Items)`,
 :1183-1214 createWorkerPod), and its raylet joins the head as a new Ray node; `.status.state`

@@ -13,7 +13,7 @@ writes the tracker (verl/trainer/ppo/v1/trainer_base.py:713-775): a crash in bet
 tracker on the previous step.
 The export (verl.model_merger, tests/fakes/model_merger.py) reads the tracked step's `actor/`
 and fails if it is missing.
-The training's actors run on the GPU worker (tests/sim/ray_state.py lists them): the TaskRunner
+The training's actors run on the GPU worker (tests/models/ray_gcs.py lists them): the TaskRunner
 (main_ppo.py:80, `ray.remote(num_cpus=1)`, "make sure main_task is not scheduled on head"; the
 head starts with num-cpus 0, components/raycluster/ray_cluster_spec.py) and one WorkerDict per GPU
 (single_controller/ray/base.py:979-998 create_colocated_worker_cls; placed in placement groups
@@ -31,7 +31,7 @@ from typing import Any
 
 from components.facts import verl
 from components.runspec.lifecycle import prune_command
-from tests.sim.ray_state import GPUS
+from tests.models.ray_gcs import GPUS
 
 STEP_S = 60.0  # one training step (the first comes STEP_S after the phases): scaled down
 PHASE_AT = (15.0, 25.0)  # verl.PHASES
