@@ -69,7 +69,7 @@ class Gcs:
         """A worker pod's raylet joins: a node id of its own (a replacement is a new node)."""
         self.workers += 1
         return self.node(f"{self.generation:02x}{self.workers:04x}".ljust(56, "b"),
-                         f"10.0.1.{self.workers}", False, now_ms)
+                         f"10.0.0.{2 + self.workers}", False, now_ms)
 
     def dead(self, node_id: str, now_ms: int) -> None:
         node = self.nodes.get(node_id)

@@ -114,7 +114,8 @@ class Reply:
 class SimRay:
     """The Ray head of one RayCluster. `world` gives the clock, events and drivers."""
 
-    PENDING_S = 1.0  # runtime env setup before the driver starts (an estimate, env cached)
+    PENDING_S: float | None = 1.0  # runtime env setup before the driver starts (an estimate,
+    # env cached)
     ACTOR_EXIT_S = 0.3  # from the driver's exit to the actor's death (exit_actor)
     MONITOR_PERIOD_S = 1.0  # job_manager.py:70
 
@@ -133,7 +134,8 @@ class SimRay:
     # --- nodes ---------------------------------------------------------------------------
     @property
     def head_node(self) -> str:
-        return f"head-{self.generation:02d}" + "0" * 50
+        """56 hex digits, as a real node id; sorted first in the node listing (:213)."""
+        return f"{self.generation:02x}" + "0" * 54
 
     def worker_node(self) -> str | None:
         """The GPU worker's Ray node id while one runs (each pod of it is a new node)."""
@@ -266,9 +268,16 @@ class SimRay:
         self.actors.setdefault(sid, []).append(Actor(ACTOR_PREFIX + sid))
         self.logs.setdefault(sid, []).append("Runtime env is setting up.\n")  # :531, append
         generation = self.generation
-        self.world.schedule(self.PENDING_S, lambda: self._start(job, generation))
+        if self.PENDING_S is not None:  # None: the test starts it (tests/fakes/ray_jobs.py)
+            self.world.schedule(self.PENDING_S, lambda: self._start(job, generation))
         self.world.observe_submit(job)
         return Reply(200, json.dumps({"job_id": sid, "submission_id": sid}))
+
+    def start(self, sid: str) -> None:
+        """The job's runtime env is ready: its supervisor actor starts the driver
+        (job_supervisor.py:341-348). A world whose PENDING_S is None calls it when its test
+        says so."""
+        self._start(self.jobs[sid], self.generation)
 
     def _start(self, job: Job, generation: int) -> None:  # noqa: C901
         if generation != self.generation or self.jobs.get(job.sid) is not job:
