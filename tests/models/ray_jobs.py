@@ -84,7 +84,10 @@ class Job:
     lost_node: str | None = None  # the world's fact: a lost node's actors failed this driver
 
     def details(self) -> dict[str, Any]:
-        """JobDetails as GET /api/jobs/<id> returns it (pydantic_models.py JobDetails)."""
+        """JobDetails as GET /api/jobs/<id> and the list return it (job_head.py:595, :623,
+        `job.dict()` of pydantic_models.py:38-104 JobDetails): its fields only. The entrypoint's
+        resources are JobInfo's (common.py:96-102), which JobDetails does not carry: the reply
+        has no entrypoint_num_gpus, whatever the submission asked for."""
         return {
             "type": "SUBMISSION", "job_id": self.job_id, "submission_id": self.sid,
             "driver_info": None, "status": self.status, "entrypoint": self.entrypoint,
@@ -92,9 +95,6 @@ class Job:
             "end_time": self.end_ms, "metadata": dict(self.metadata),
             "runtime_env": self.runtime_env, "driver_agent_http_address": None,
             "driver_node_id": self.driver_node_id, "driver_exit_code": self.exit_code,
-            **{k: self.resources.get(k) for k in (
-                "entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory",
-                "entrypoint_resources")},
         }
 
 
