@@ -20,20 +20,28 @@ the model the test's hand does what it does (`echo` logs its words and exits 0, 
 3. A head restart without GCS fault tolerance, on a head of its own (two head starts, ~16
 CPU-s): a record of before is gone (404), the list is empty, the node table holds the new head
 alone, and the old id can be submitted again.
+
+4. The Kubernetes model (tests/models/kuberay.py) behind its fronts: the provider's kubectl calls
+answered by the simulation's SimKube and by tests/fakes/kubectl over tests/fakes/cluster.py's
+files give the same answers (no real API server is started: the rules are cited in the model).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 import requests
 
 from components.facts import pins
 from components.supervisor.supervisor_io import RayHttp
+from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeRay
 from tests.sim.world import World
 from tools import local_ray
@@ -321,3 +329,60 @@ def test_a_head_restart_empties_the_tables_on_the_model_as_on_a_real_head(tmp_pa
         world.close()
     assert got == expected
     assert ("record after", 404, ("does not exist",)) in expected
+
+
+# --- 4. The Kubernetes model's fronts -------------------------------------------------------
+
+def kube_script(kubectl: Callable[[list[str]], tuple[int, str, str]]) -> list[tuple]:
+    """The provider's kubectl calls (components/run/kube.py) and a stale conditional patch."""
+    base = ["kubectl", "--kubeconfig", "k", "-n", "verl"]
+    state, cluster = ["configmap", "grpo-supervisor-state"], ["raycluster", "verl-ray"]
+
+    def run(*args: str) -> tuple:
+        code, out, err = kubectl([*base, *args])
+        return code, out.strip() if code == 0 and "-o" not in args else out, \
+            err.split(":")[0]
+
+    def data() -> dict:
+        return json.loads(kubectl([*base, "get", *state, "-o", "json"])[1]).get("data") or {}
+
+    version = json.loads(kubectl([*base, "get", *state, "-o", "json"])[1])["metadata"][
+        "resourceVersion"]
+    return [
+        run("patch", *state, "--type", "merge", "-p", json.dumps({"data": {"a": "1", "b": "2"}})),
+        ("data", data()),
+        run("patch", *state, "--type", "merge", "-p", json.dumps({"data": {"a": None}})),
+        ("data", data()),
+        run("patch", *state, "--type", "merge", "-p", json.dumps(
+            {"metadata": {"resourceVersion": version}, "data": {"c": "3"}})),
+        ("data", data()),
+        run("get", "configmap", "gone", "-o", "json"),
+        run("get", *cluster, "-o", "jsonpath={.spec.suspend}"),
+        run("patch", *cluster, "--type", "merge", "-p", '{"spec": {"suspend": true}}'),
+        run("get", *cluster, "-o", "jsonpath={.spec.suspend}"),
+        run("get", *cluster, "-o", "jsonpath={.status.state}"),
+    ]
+
+
+def test_the_kubernetes_model_answers_the_same_behind_every_front(tmp_path, monkeypatch):
+    """Invariant: the provider's kubectl calls get the same answers from the simulation's
+    SimKube and from tests/fakes/kubectl over the files tests/fakes/cluster.py keeps (one model,
+    tests/models/kuberay.py): merge patches, a 409 on a stale resourceVersion, NotFound, the
+    jsonpath prints, a suspend's status.state."""
+    world = World()
+    try:
+        world.kuberay.create_configmap("grpo-supervisor-state")
+        simulated = kube_script(world.kuberay.kubectl)
+    finally:
+        world.close()
+    FileCluster(tmp_path, "grpo-supervisor-state", "verl-ray")
+    monkeypatch.setenv("FAKE_KUBECTL_OBJECTS", str(tmp_path))
+    fake = str(Path(__file__).parent / "fakes" / "kubectl")
+
+    def files(argv: list[str]) -> tuple[int, str, str]:
+        done = subprocess.run([sys.executable, fake, *argv[1:]], capture_output=True,
+                              text=True, timeout=30)
+        return done.returncode, done.stdout, done.stderr
+
+    assert kube_script(files) == simulated
+    assert (1, "", "Error from server (Conflict)") in simulated  # the stale patch refused
