@@ -30,7 +30,6 @@ import tempfile
 from typing import Any
 
 from components.facts import verl
-from components.runspec.lifecycle import prune_command
 from tests.models.ray_gcs import GPUS
 
 STEP_S = 60.0  # one training step (the first comes STEP_S after the phases): scaled down
@@ -41,6 +40,35 @@ PLACE_RETRY_S = 5.0  # how often the world looks again for a worker to place the
 EXPORT_S = 60.0
 CHECK_S = 30.0
 TRACKER = verl.CHECKPOINT_TRACKER
+
+
+# --- What verl prints and writes: for every front (the drivers below, tests/fakes/verl_trainer.py)
+def actor(pid: int) -> str:
+    """Ray's prefix of an actor's output line (the TaskRunner runs main_task)."""
+    return f"(TaskRunner pid={pid}) "
+
+
+def phase_lines(total_steps: int, stamp: str) -> tuple[str, str]:
+    """verl.PHASES' two lines, through verl's logging format ("INFO:<time>:<text>"): the step
+    count once the data is loaded, then the end of the workers' and the engine's start."""
+    (_, loaded), (_, up) = verl.PHASES
+    return f"INFO:{stamp}:{loaded} {total_steps}", f"INFO:{stamp}:{up}"
+
+
+def resume_line(folder: str | None, step: int | None) -> str:
+    """What a start logs once it has looked for its checkpoint (verl.RESUMED, FROM_SCRATCH)."""
+    return verl.RESUMED.format(folder=folder, step=step) if step else verl.FROM_SCRATCH
+
+
+def step_folder(root: str, step: int) -> str:
+    """The directory of a saved step (verl.CHECKPOINT_STEP_DIR)."""
+    return os.path.join(root, verl.CHECKPOINT_STEP_DIR.format(step))
+
+
+def training_step_line(step: int, metrics: dict[str, object], step_s: object) -> str:
+    """A training step's line: verl.step_line with its timing (verl.TRAINING_STEP_KEY), which
+    only a training step carries (a validation's line has none)."""
+    return verl.step_line(step, {**metrics, verl.TRAINING_STEP_KEY: step_s})
 
 
 class Bucket:
@@ -65,6 +93,10 @@ class Bucket:
             elif self.tracker is not None:
                 with open(tracker, "w") as file:
                     file.write(str(self.tracker))
+            # Imported here: tests/fakes/verl_trainer.py imports this module in every real job
+            # it runs, and lifecycle's pydantic would double its start.
+            from components.runspec.lifecycle import prune_command  # noqa: PLC0415
+
             subprocess.run(["bash", "-c", prune_command(root, keep)], check=False,
                            capture_output=True)
             left = {int(name.rsplit("_", 1)[1]) for name in os.listdir(root)
@@ -137,14 +169,12 @@ class Training(Driver):
             self.at(PLACE_RETRY_S, self.place)
             return
         bucket = self.run_.bucket
-        (_, loaded), (_, up) = verl.PHASES
-        self.at(PHASE_AT[0], lambda: self.log(
-            f"(TaskRunner pid=1) INFO:sim:{loaded} {self.run_.total_steps}"))
+        loaded, up = phase_lines(self.run_.total_steps, "sim")
+        self.at(PHASE_AT[0], lambda: self.log(actor(1) + loaded))
         resume = bucket.tracker if bucket.tracked_ok() else None
-        found = (verl.RESUMED.format(folder=verl.CHECKPOINT_STEP_DIR.format(resume), step=resume)
-                 if resume else verl.FROM_SCRATCH)
-        self.at(PHASE_AT[1], lambda: self.log(f"(TaskRunner pid=1) INFO:sim:{found}"))
-        self.at(PHASE_AT[1], lambda: self.log(f"(TaskRunner pid=1) INFO:sim:{up}"))
+        found = resume_line(step_folder("", resume) if resume else None, resume)
+        self.at(PHASE_AT[1], lambda: self.log(f"{actor(1)}INFO:sim:{found}"))
+        self.at(PHASE_AT[1], lambda: self.log(actor(1) + up))
         self.step = resume or 0
         self.at(PHASE_AT[1] + STEP_S, self.next_step)
 
@@ -153,9 +183,9 @@ class Training(Driver):
             return
         self.step += 1
         step = self.step
-        self.log("(TaskRunner pid=1) " + verl.step_line(step, {
+        self.log(actor(1) + training_step_line(step, {
             "critic/score/mean": f"{step / 100:.3f}", "actor/lr": "np.float64(1e-05)",
-            "response_length/mean": 100 + step, verl.TRAINING_STEP_KEY: STEP_S}))
+            "response_length/mean": 100 + step}, STEP_S))
         if step % SAVE_EVERY == 0:
             self.save(step)
         if step >= self.run_.total_steps:
