@@ -71,6 +71,12 @@ def training_step_line(step: int, metrics: dict[str, object], step_s: object) ->
     return verl.step_line(step, {**metrics, verl.TRAINING_STEP_KEY: step_s})
 
 
+def export_lines(local_dir: str, target_dir: str) -> tuple[str, str]:
+    """What the export (verl.model_merger merge --local_dir <step>/actor --target_dir <dir>)
+    prints when the checkpoint is missing, and once the merged model is saved."""
+    return f"checkpoint not found: {local_dir}", f"Saved merged model to {target_dir}"
+
+
 class Bucket:
     """The run's checkpoint directory in the bucket: steps (with or without actor/) and the
     tracker. Pruning runs the program's real shell on a temporary copy."""
@@ -229,12 +235,15 @@ class Export(Driver):
             return
 
         def merged() -> None:
-            if self.run_.bucket.tracked_ok() and self.run_.bucket.tracker is not None:
-                self.log("Saved merged model")
+            tracker = self.run_.bucket.tracker
+            missing, saved = export_lines(os.path.join(
+                step_folder("", tracker or 0), verl.CHECKPOINT_ACTOR_DIR), "huggingface")
+            if self.run_.bucket.tracked_ok() and tracker is not None:
+                self.log(saved)
                 self.run_.exported = True
                 self.exit(0)
             else:
-                self.log("checkpoint not found")
+                self.log(missing)
                 self.exit(1)
         self.at(EXPORT_S, merged)
 
