@@ -245,7 +245,7 @@ def test_the_tick_tests_ray_answers_the_supervisors_client_as_the_real_ray_does(
     messages, exit codes, metadata."""
     suffix = uuid.uuid4().hex[:8]
     real = functools.partial(RayHttp, ray_head.dashboard_url, timeout_s=30)
-    expected = tick_script(lambda sid: real(sid), RealHand(lambda sid: real(sid)), suffix)
+    expected = tick_script(real, RealHand(real), suffix)
     fake = FakeRay()
     got = tick_script(fake, ModelHand(fake), suffix)
     assert [(g, e) for g, e in zip(got, expected) if g != e] == [] and len(got) == len(expected)
