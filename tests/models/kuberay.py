@@ -282,6 +282,19 @@ def jsonpath(obj: dict[str, Any], output: str) -> str:
     return json.dumps(value) if isinstance(value, bool) else str(value)
 
 
+def forwarding(local_port: int, remote: str) -> list[str]:
+    """What `kubectl port-forward svc/<name> :<port>` prints once it listens (kubectl's
+    staging/src/k8s.io/client-go/tools/portforward/portforward.go getListener, "Forwarding from
+    %s -> %d"), one line per address it binds."""
+    return [f"Forwarding from 127.0.0.1:{local_port} -> {remote}",
+            f"Forwarding from [::1]:{local_port} -> {remote}"]
+
+
+def service_missing(name: str) -> str:
+    """kubectl's error for a port-forward to a Service that does not exist."""
+    return f'Error from server (NotFound): services "{name}" not found'
+
+
 Read = Callable[[str, str], "dict[str, Any] | None"]
 Write = Callable[[str, str, dict[str, Any]], None]
 

@@ -281,7 +281,7 @@ class World:
             return FakeProcess(["Unable to connect to the server: i/o timeout\n"], 1)
         if service != self.kuberay.service or not self.kuberay.cluster_exists:
             return FakeProcess(
-                [f'Error from server (NotFound): services "{service}" not found\n'], 1)
+                [kuberay.service_missing(service) + "\n"], 1)
         waited = 0.0
         while not self.ray.up and waited < kuberay.POD_RUNNING_TIMEOUT_S:
             self.clock.sleep(1.0)  # kubectl watches for a running pod behind the Service
@@ -291,8 +291,7 @@ class World:
             return FakeProcess(["error: timed out waiting for the condition\n"], 1)
         port = next(self._ports)
         remote = argv[-1].lstrip(":")
-        process = FakeProcess([f"Forwarding from 127.0.0.1:{port} -> {remote}\n",
-                               f"Forwarding from [::1]:{port} -> {remote}\n"], None)
+        process = FakeProcess([line + "\n" for line in kuberay.forwarding(port, remote)], None)
         self.forwards[port] = process
         self._after(fault, "kubectl")
         return process
