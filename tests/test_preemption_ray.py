@@ -39,7 +39,7 @@ from components.supervisor.supervisor_io import RayHttp
 from tools import local_ray
 from tests.fakes.cluster import FileCluster
 from tests.fakes.ray_jobs import FakeRay
-from tests.sim.ray_state import Gcs
+from tests.models.ray_gcs import Gcs
 from tests.test_supervisor_ray import POLICY, RAY_CLUSTER, provider_props, spec_for
 
 FAKES = Path(__file__).parent / "fakes"
@@ -368,7 +368,7 @@ def test_refresh_says_how_many_attempts_of_each_kind_ended_and_the_last_reason(a
 
 def test_the_fake_rays_node_and_actor_rows_carry_what_the_real_ones_do(after_the_loss):
     """Every key of a FakeRay node or actor row (tests/fakes/ray_jobs.py) and of the
-    simulation's (tests/sim/ray_state.py), and each job record key classify reads, is in the
+    simulation's (tests/models/ray_gcs.py), and each job record key classify reads, is in the
     real row of the same kind (an alive node, a dead one, an actor, an attempt that ended),
     with a value of the same type: each fake is a claim about Ray 2.47, and this holds it to
     one."""

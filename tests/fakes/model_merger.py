@@ -1,4 +1,5 @@
-"""Stand-in for `python3 -m verl.model_merger`: the same command line, a tiny "model".
+"""Stand-in for `python3 -m verl.model_merger`: the same command line, a tiny "model"; a process
+front of the verl model (tests/models/verl.py export_lines), for tests that run real Ray jobs.
 
 It accepts what verl's merger accepts for FSDP (`merge --backend fsdp --local_dir <...>/actor
 --target_dir <dir>`), refuses a checkpoint directory that does not exist (as verl's does), and
@@ -9,6 +10,11 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for its models
+
+from tests.models.verl import export_lines  # noqa: E402
 
 
 def main() -> int:
@@ -18,8 +24,9 @@ def main() -> int:
     parser.add_argument("--local_dir", required=True)
     parser.add_argument("--target_dir", required=True)
     args = parser.parse_args()
+    missing, saved = export_lines(args.local_dir, args.target_dir)
     if not os.path.isdir(args.local_dir):
-        print(f"checkpoint not found: {args.local_dir}", flush=True)
+        print(missing, flush=True)
         return 1
     os.makedirs(args.target_dir, exist_ok=True)
     step = os.path.basename(os.path.dirname(args.local_dir.rstrip("/")))
@@ -27,7 +34,7 @@ def main() -> int:
         json.dump({"architectures": ["Qwen2ForCausalLM"], "merged_from": step}, file)
     with open(os.path.join(args.target_dir, "model.safetensors"), "w") as file:
         file.write(step)
-    print(f"Saved merged model to {args.target_dir}", flush=True)
+    print(saved, flush=True)
     return 0
 
 

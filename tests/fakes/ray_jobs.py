@@ -1,140 +1,185 @@
-"""An in-memory Ray job table behind the supervisor's client interface, for tick-level tests.
+"""The Ray head for tick-level tests: the one Ray model (tests/models/ray_jobs.py) in a world
+where nothing happens unless the test says so, behind the supervisor's own client.
 
-Each behaviour is Ray 2.47.0's (the installed package, python/ray/dashboard/modules/job/):
-- submit under an existing id fails with "already exists" and changes nothing
-  (job_manager.py:501-508, put_info(overwrite=False)); the client reads that as False
-  (supervisor.RayHttp.submit); a new record is PENDING with start_time set at submission
-  (job_manager.py:489-495);
-- stop of a non-terminal job makes it STOPPED (job_manager.py stop_job -> JobSupervisor.stop;
-  the status is written once the process is gone); of a terminal or unknown one, nothing;
-- GET /api/jobs/ lists every record with its metadata (job_head.py list_jobs);
-- each submission id has its own driver log (common.py:34 JOB_LOGS_PATH_TEMPLATE), read by
-  its tail (log_manager.py, `lines`);
-- a head restart without GCS fault tolerance empties the table and kills every driver
-  (the table lives in the head's GCS internal KV, common.py:233-252);
-- the State API lists nodes, the dead ones kept with `state` DEAD, `end_time_ms` and a
-  `state_message` (util/state/common.py NodeState; dashboard/state_aggregator.py
-  compose_state_message), and a job's actors with their `node_id`, the dead ones included
-  (ActorState): a driver's Ray `job_id` is set once it runs (JobDetails). What a lost worker
-  node looks like was read off a local Ray 2.47 whose worker node was killed mid-job: its
-  actor died of its owner's exit (OWNER_DIED), its node DEAD "Unexpected termination: health
-  check failed due to missing too many heartbeats" (tests/test_preemption_ray.py checks the
-  classification against that Ray).
-Tests move jobs along by hand (`finish`, `log`); nothing happens on its own.
+`FakeRay(sid)` is supervisor_io.RayHttp itself, whose HTTP calls the model answers
+(`SimRay.handle`, the REST replies tests/test_sim_conformance.py holds to a real head): so a
+tick reads and writes what it would on a real head, with the client's own parsing of each reply
+("already exists" on a second submission under an id, 404 for an unknown id, the State API's
+rows). The hand world: the runtime env of a submission is ready only when the test says so
+(`run`: PENDING until then); what Ray then does by itself (the driver's exit after a stop, its
+supervisor actor's death, the job monitor's look, a lost node's death in the GCS) happens at
+once, on a clock that moves only when the test moves it (each submission a second after the
+last, as FakeRay always did). The test's hand (the verbs below) moves the model as the world's
+events do in the simulation: a driver starts, logs, exits, a worker node is lost, the head
+restarts. No behaviour is kept here: every rule is the model's, cited there.
 """
 
 from __future__ import annotations
 
+import json
+import types
+import urllib.error
 from typing import Any
 
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+from components.supervisor.supervisor_io import RayHttp
+from tests.models.ray_jobs import SimRay
+from tests.models.verl import Driver
+
+DASHBOARD = "http://verl-ray-head-svc.verl.svc:8265"
+
+
+class _Clock:
+    def __init__(self, epoch: float) -> None:
+        self.epoch = epoch
+
+    def time(self) -> float:
+        return self.epoch
+
+    @property
+    def now(self) -> float:
+        return self.epoch
+
+
+class _Hand(Driver):
+    """A driver that does only what the test's hand makes it do (log, exit)."""
+
+
+class HandWorld:
+    """What the model asks of its world, answered at once: `schedule` runs the action now."""
+
+    def __init__(self) -> None:
+        self.clock = _Clock(1_000_000.0)
+        self.params = types.SimpleNamespace(actor_linger_s=0.0)
+        self.kuberay = types.SimpleNamespace(workers_up=True)
+        self.observer = types.SimpleNamespace(node_dead=lambda *_: None)
+        self.ray = SimRay(self)
+        self.ray.PENDING_S = None  # started by the test's `run`
+
+    def schedule(self, delay: float, action: Any) -> None:
+        action()
+
+    def driver_for(self, job: Any) -> Driver:
+        return _Hand(self, job)
+
+    def observe_submit(self, job: Any) -> None: ...
+    def observe_end(self, job: Any) -> None: ...
+    def observe_stop(self, job: Any) -> None: ...
+    def observe_log(self, job: Any, line: str) -> None: ...
 
 
 class FakeRay:
+    """The hand on the model, and `FakeRay(sid)`: the supervisor's client for one id."""
+
     def __init__(self) -> None:
-        self.records: dict[str, dict[str, Any]] = {}
-        self.logs: dict[str, list[str]] = {}
-        self.submissions: list[str] = []  # every accepted submission id, in order
-        self.clock = 1_000_000.0  # epoch seconds of the next submission
-        self.down = False  # the head is unreachable (suspended cluster)
-        self.nodes: list[dict[str, Any]] = [_node("head", head=True)]
-        self.actors: dict[str, list[dict[str, Any]]] = {}  # Ray job id -> its actors
+        self.world = HandWorld()
+        self.model = self.world.ray
 
     def __call__(self, submission_id: str) -> "FakeJobs":
         return FakeJobs(self, submission_id)
 
-    # --- what tests do ---------------------------------------------------------------------
+    # --- what the tests read -----------------------------------------------------------------
+    @property
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Every record, as GET /api/jobs/<id> shows it (a copy)."""
+        return {sid: job.details() for sid, job in self.model.jobs.items()}
 
-    def run(self, submission_id: str) -> None:
-        """The driver runs on the head, its worker actor on a GPU node of its own."""
-        job_id = f"{len(self.actors) + 2:02d}000000"
-        node = _node(f"worker-{job_id}")
-        self.nodes.append(node)
-        self.actors[job_id] = [{"actor_id": job_id + "a", "job_id": job_id, "state": "ALIVE",
-                                "node_id": node["node_id"], "class_name": "Worker"}]
-        self.records[submission_id].update(status="RUNNING", driver_node_id="head",
-                                           job_id=job_id)
+    @property
+    def submissions(self) -> list[str]:
+        """Every accepted submission id, in order."""
+        return [job.sid for job in self.model.submissions]
 
-    def finish(self, submission_id: str, status: str) -> None:
-        record = self.records[submission_id]
-        record.update(status=status, end_time=int(self.clock * 1000))
-        for actor in self.actors.get(record.get("job_id"), []):
-            actor["state"] = "DEAD"
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        """The GCS's node rows themselves (a test may mark one DEAD by hand)."""
+        return list(self.model.gcs.nodes.values())
 
-    def lose_node(self, submission_id: str) -> None:
-        """The GPU node of the attempt's worker actor dies; the attempt FAILED with it."""
-        job_id = self.records[submission_id]["job_id"]
-        lost = {actor["node_id"] for actor in self.actors[job_id]}
-        for node in self.nodes:
-            if node["node_id"] in lost:
-                node.update(state="DEAD", end_time_ms=int(self.clock * 1000), state_message=(
-                    "Unexpected termination: health check failed due to missing too many "
-                    "heartbeats"))
-        self.finish(submission_id, "FAILED")
+    @property
+    def actors(self) -> dict[str, list[dict[str, Any]]]:
+        """The drivers' actor rows, by Ray job id."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        for row in self.model.gcs.actors:
+            found.setdefault(row["job_id"], []).append(row)
+        return found
 
-    def log(self, submission_id: str, line: str) -> None:
-        self.logs.setdefault(submission_id, []).append(line)
+    @property
+    def clock(self) -> float:
+        """Epoch seconds now on the hand world's clock."""
+        return self.world.clock.epoch
 
-    def restart_head(self) -> None:
-        self.records.clear()
-        self.logs.clear()
+    @clock.setter
+    def clock(self, epoch: float) -> None:
+        self.world.clock.epoch = epoch
+
+    @property
+    def down(self) -> bool:
+        """The head's pod is gone (a suspended cluster): every call is refused."""
+        return not self.model.up
+
+    @down.setter
+    def down(self, down: bool) -> None:
+        if down and self.model.up:
+            self.model.lose_head()
+        elif not down and not self.model.up:
+            self.model.head_back()
 
     def live(self) -> list[str]:
-        return [sid for sid, info in self.records.items() if info["status"] not in TERMINAL]
+        return [job.sid for job in self.model.live()]
+
+    # --- what the tests do -------------------------------------------------------------------
+    def run(self, submission_id: str) -> None:
+        """The runtime env is ready: the driver runs on the head and places its worker actor
+        on the GPU worker (a replacement joins first if the last one was lost)."""
+        model = self.model
+        if model.worker_node() is None:
+            model.workers_back()
+        model.start(submission_id)
+        job = model.jobs[submission_id]
+        assert model.place(job, ["Worker"]), f"{submission_id} could not place its actor"
+
+    def finish(self, submission_id: str, status: str) -> None:
+        """The driver exits 0 (SUCCEEDED) or 1 (FAILED), having run; STOPPED is a person's
+        `ray job stop`."""
+        job = self.model.jobs[submission_id]
+        if status == "STOPPED":
+            self.model.stop(submission_id)
+            return
+        if job.status == "PENDING":
+            self.run(submission_id)
+        job.driver.exit({"SUCCEEDED": 0, "FAILED": 1}[status])
+
+    def lose_node(self, submission_id: str) -> None:
+        """The GPU node of the attempt's worker actor dies: the attempt FAILED with it, the
+        GCS marks the node DEAD at once (tests/models/ray_jobs.py worker_lost)."""
+        job = self.model.jobs[submission_id]
+        assert any(row["node_id"] == self.model.worker_node() for row in
+                   self.actors.get(job.job_id, [])), f"{submission_id} has no actor there"
+        self.model.worker_lost(dead_after_s=0.0)
+
+    def log(self, submission_id: str, line: str) -> None:
+        self.model.jobs[submission_id].driver.log(line)
+
+    def restart_head(self) -> None:
+        """The head restarts without GCS fault tolerance: the job table is gone."""
+        self.model.lose_head()
+        self.model.head_back()
 
 
-class FakeJobs:
-    """The calls supervisor.RayHttp makes, for one submission id."""
+class FakeJobs(RayHttp):
+    """supervisor_io.RayHttp for one submission id, its HTTP answered by the model."""
 
     def __init__(self, ray: FakeRay, submission_id: str) -> None:
-        self.ray, self.submission_id = ray, submission_id
-
-    def _up(self) -> None:
-        if self.ray.down:
-            raise OSError("connection refused: the head Service has no endpoints")
-
-    def info(self) -> dict[str, Any] | None:
-        self._up()
-        info = self.ray.records.get(self.submission_id)
-        return dict(info) if info else None
+        super().__init__(DASHBOARD, submission_id)
+        self.ray = ray
 
     def submit(self, entrypoint: str, runtime_env: dict, metadata: dict[str, str],
                resources: dict[str, Any] | None = None) -> bool:
-        self._up()
-        if self.submission_id in self.ray.records:
-            return False
-        self.ray.clock += 1
-        self.ray.records[self.submission_id] = {
-            "submission_id": self.submission_id, "status": "PENDING", "entrypoint": entrypoint,
-            "metadata": dict(metadata), "start_time": int(self.ray.clock * 1000),
-            "driver_node_id": None, **(resources or {}),
-        }
-        self.ray.submissions.append(self.submission_id)
-        return True
+        self.ray.clock += 1  # the hand clock: each submission a second after the last
+        return super().submit(entrypoint, runtime_env, metadata, resources)
 
-    def stop(self) -> None:
-        self._up()
-        info = self.ray.records.get(self.submission_id)
-        if info and info["status"] not in TERMINAL:
-            info["status"] = "STOPPED"
-
-    def log_tail(self, lines: int, info: dict[str, Any] | None = None) -> str:
-        self._up()
-        return "\n".join(self.ray.logs.get(self.submission_id, [])[-lines:])
-
-    def list_jobs(self) -> list[dict[str, Any]]:
-        self._up()
-        return [dict(info) for info in self.ray.records.values()]
-
-    def nodes(self) -> list[dict[str, Any]]:
-        self._up()
-        return [dict(node) for node in self.ray.nodes]
-
-    def actors_of(self, job_id: str) -> list[dict[str, Any]]:
-        self._up()
-        return [dict(actor) for actor in self.ray.actors.get(job_id, [])]
-
-
-def _node(name: str, head: bool = False) -> dict[str, Any]:
-    return {"node_id": name, "node_ip": f"10.0.0.{2 if head else 3}", "is_head_node": head,
-            "state": "ALIVE", "state_message": None, "start_time_ms": 0, "end_time_ms": 0}
+    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
+        if not self.ray.model.up:
+            # The head Service has no endpoint (tests/sim/world.py in_cluster says the same).
+            raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+        data = json.dumps(body).encode() if body is not None else None
+        reply = self.ray.model.handle(method, self.base + path, data)
+        return reply.status, reply.text

@@ -1,6 +1,7 @@
 """Stand-in for `python3 -m verl.trainer.main_ppo`: prints verl-style step lines, then exits.
 
-What it prints and writes is the pinned verl's, from components/facts/verl.py: the phase lines,
+A process front of the verl model (tests/models/verl.py, whose lines and layout are the pinned
+verl's, components/facts/verl.py), for tests that run real Ray jobs: the phase lines,
 step lines (verl's console format behind Ray's actor prefix, with a numpy repr and a NaN, and
 `timing_s/step` on every training step), an optional validation before training (a step line of
 val-core/ keys only), and with --checkpoint-dir the checkpoint layout and the resume line
@@ -16,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project, for its verl facts
 
 from components.facts import verl  # noqa: E402
+from tests.models import verl as model  # noqa: E402
 
 TRACKER = verl.CHECKPOINT_TRACKER
 
@@ -42,29 +44,28 @@ def main() -> int:
     if args.extra:
         print(args.extra, flush=True)
     _filler(args.log_mb)
-    actor = f"(TaskRunner pid={os.getpid()}) "
+    actor = model.actor(os.getpid())
     # verl's phase lines before the first step, through its logging handler's format.
-    data_loaded, workers_up = (marker for _, marker in verl.PHASES)
-    print(f"{actor}INFO:{time.strftime('%Y-%m-%d %H:%M:%S')}:{data_loaded} {args.steps}",
-          flush=True)
+    data_loaded, workers_up = model.phase_lines(args.steps, time.strftime("%Y-%m-%d %H:%M:%S"))
+    print(actor + data_loaded, flush=True)
     start = _resume(args.checkpoint_dir)
-    print(f"{actor}INFO:{time.strftime('%Y-%m-%d %H:%M:%S')}:{workers_up}", flush=True)
+    print(actor + workers_up, flush=True)
     if args.val_before_train:
         time.sleep(args.sleep)
         print(actor + verl.step_line(start, {"val-core/openai/gsm8k/acc/mean@1": 0.25}),
               flush=True)
     for step in range(start + 1, args.steps + 1):
         time.sleep(args.sleep)
-        metrics = {
+        metrics: dict[str, object] = {
             "critic/score/mean": "nan" if step == args.nan_reward_at else f"{0.1 * step:.3f}",
             "actor/lr": "np.float64(1e-05)",
             "response_length/mean": 100 + step,
             "timing_s/gen": "nan",
-            verl.TRAINING_STEP_KEY: f"np.float64({10 + step / 2})",
         }
         if args.all_metrics:
             metrics["perf/throughput"] = 1000.0 + 50 * step
-        print(actor + verl.step_line(step, metrics), flush=True)
+        print(actor + model.training_step_line(step, metrics, f"np.float64({10 + step / 2})"),
+              flush=True)
         if args.checkpoint_dir and step % args.save_freq == 0:
             _save(args.checkpoint_dir, step)
         if args.fail_once and step == args.fail_at and not os.path.exists(args.fail_once):
@@ -88,19 +89,18 @@ def _resume(directory: str | None) -> int:
         return 0
     tracker = os.path.join(directory, TRACKER)
     if not os.path.exists(tracker):
-        print(verl.FROM_SCRATCH, flush=True)
+        print(model.resume_line(None, None), flush=True)
         return 0
     with open(tracker) as file:
         step = int(file.read())
-    folder = os.path.join(directory, verl.CHECKPOINT_STEP_DIR.format(step))
-    print(verl.RESUMED.format(folder=folder, step=step), flush=True)
+    print(model.resume_line(model.step_folder(directory, step), step), flush=True)
     return step
 
 
 def _save(directory: str, step: int) -> None:
     # verl saves the actor's shards under global_step_<n>/actor (what the model merger reads).
-    os.makedirs(os.path.join(directory, verl.CHECKPOINT_STEP_DIR.format(step),
-                             verl.CHECKPOINT_ACTOR_DIR), exist_ok=True)
+    os.makedirs(os.path.join(model.step_folder(directory, step), verl.CHECKPOINT_ACTOR_DIR),
+                exist_ok=True)
     partial = os.path.join(directory, TRACKER + ".partial")
     with open(partial, "w") as file:
         file.write(str(step))

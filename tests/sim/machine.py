@@ -20,8 +20,9 @@ from typing import ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tests.sim import seams, verl
-from tests.sim.engine import Config, Engine, Refused
+from tests.models import verl
+from tests.models.engine import Config, Engine, Refused
+from tests.sim import seams
 from tests.sim.world import Params, World
 
 WAITS = (0.5, 2.0, 10.0, 60.0, 130.0, 600.0, 2900.0)
@@ -163,7 +164,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     @enabled("preempt")
     def preempt(self, dead_after: float, back_after: float, then: float) -> None:
         """The GPU worker node is lost: a training on it fails 3 s later, Ray marks the node
-        DEAD `dead_after` seconds after that (ray_model.py worker_lost), KubeRay's replacement
+        DEAD `dead_after` seconds after that (ray_jobs.py worker_lost), KubeRay's replacement
         joins `back_after` later; `then` seconds pass (5: the failure happens within this step,
         as it rarely would if the next step were another fault or the sequence's end)."""
         self.world.kuberay.lose_worker(dead_after, back_after)

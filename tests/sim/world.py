@@ -1,6 +1,6 @@
 """The world: a virtual clock with its events, the Ray head, the RayCluster, the CronJob, and
 the seams' routing. What the invariants watch is in tests/sim/invariants.py; the Pulumi engine
-is tests/sim/engine.py.
+is tests/models/engine.py.
 
 Interleavings: the clock advances only when an actor sleeps or does I/O (every call costs
 LATENCY_S). A due CronJob tick runs at that moment, whole, inside the other actor's wait: so a
@@ -24,10 +24,10 @@ from typing import Any, Callable
 import requests
 
 from components.supervisor import supervisor
-from tests.sim import kube_model, verl
+from tests.models import kuberay, verl
+from tests.models.kuberay import SimKube
+from tests.models.ray_jobs import SimRay
 from tests.sim.invariants import Observer
-from tests.sim.kube_model import SimKube
-from tests.sim.ray_model import SimRay
 from tests.sim.seams import API_HOST, FakeProcess, Killed, timeout_error
 from tests.sim.tasks import Scheduler
 
@@ -281,9 +281,9 @@ class World:
             return FakeProcess(["Unable to connect to the server: i/o timeout\n"], 1)
         if service != self.kuberay.service or not self.kuberay.cluster_exists:
             return FakeProcess(
-                [f'Error from server (NotFound): services "{service}" not found\n'], 1)
+                [kuberay.service_missing(service) + "\n"], 1)
         waited = 0.0
-        while not self.ray.up and waited < kube_model.POD_RUNNING_TIMEOUT_S:
+        while not self.ray.up and waited < kuberay.POD_RUNNING_TIMEOUT_S:
             self.clock.sleep(1.0)  # kubectl watches for a running pod behind the Service
             waited += 1.0
         if not self.ray.up:
@@ -291,8 +291,7 @@ class World:
             return FakeProcess(["error: timed out waiting for the condition\n"], 1)
         port = next(self._ports)
         remote = argv[-1].lstrip(":")
-        process = FakeProcess([f"Forwarding from 127.0.0.1:{port} -> {remote}\n",
-                               f"Forwarding from [::1]:{port} -> {remote}\n"], None)
+        process = FakeProcess([line + "\n" for line in kuberay.forwarding(port, remote)], None)
         self.forwards[port] = process
         self._after(fault, "kubectl")
         return process

@@ -13,7 +13,7 @@ writes the tracker (verl/trainer/ppo/v1/trainer_base.py:713-775): a crash in bet
 tracker on the previous step.
 The export (verl.model_merger, tests/fakes/model_merger.py) reads the tracked step's `actor/`
 and fails if it is missing.
-The training's actors run on the GPU worker (tests/sim/ray_state.py lists them): the TaskRunner
+The training's actors run on the GPU worker (tests/models/ray_gcs.py lists them): the TaskRunner
 (main_ppo.py:80, `ray.remote(num_cpus=1)`, "make sure main_task is not scheduled on head"; the
 head starts with num-cpus 0, components/raycluster/ray_cluster_spec.py) and one WorkerDict per GPU
 (single_controller/ray/base.py:979-998 create_colocated_worker_cls; placed in placement groups
@@ -30,8 +30,7 @@ import tempfile
 from typing import Any
 
 from components.facts import verl
-from components.runspec.lifecycle import prune_command
-from tests.sim.ray_state import GPUS
+from tests.models.ray_gcs import GPUS
 
 STEP_S = 60.0  # one training step (the first comes STEP_S after the phases): scaled down
 PHASE_AT = (15.0, 25.0)  # verl.PHASES
@@ -41,6 +40,41 @@ PLACE_RETRY_S = 5.0  # how often the world looks again for a worker to place the
 EXPORT_S = 60.0
 CHECK_S = 30.0
 TRACKER = verl.CHECKPOINT_TRACKER
+
+
+# --- What verl prints and writes: for every front (the drivers below, tests/fakes/verl_trainer.py)
+def actor(pid: int) -> str:
+    """Ray's prefix of an actor's output line (the TaskRunner runs main_task)."""
+    return f"(TaskRunner pid={pid}) "
+
+
+def phase_lines(total_steps: int, stamp: str) -> tuple[str, str]:
+    """verl.PHASES' two lines, through verl's logging format ("INFO:<time>:<text>"): the step
+    count once the data is loaded, then the end of the workers' and the engine's start."""
+    (_, loaded), (_, up) = verl.PHASES
+    return f"INFO:{stamp}:{loaded} {total_steps}", f"INFO:{stamp}:{up}"
+
+
+def resume_line(folder: str | None, step: int | None) -> str:
+    """What a start logs once it has looked for its checkpoint (verl.RESUMED, FROM_SCRATCH)."""
+    return verl.RESUMED.format(folder=folder, step=step) if step else verl.FROM_SCRATCH
+
+
+def step_folder(root: str, step: int) -> str:
+    """The directory of a saved step (verl.CHECKPOINT_STEP_DIR)."""
+    return os.path.join(root, verl.CHECKPOINT_STEP_DIR.format(step))
+
+
+def training_step_line(step: int, metrics: dict[str, object], step_s: object) -> str:
+    """A training step's line: verl.step_line with its timing (verl.TRAINING_STEP_KEY), which
+    only a training step carries (a validation's line has none)."""
+    return verl.step_line(step, {**metrics, verl.TRAINING_STEP_KEY: step_s})
+
+
+def export_lines(local_dir: str, target_dir: str) -> tuple[str, str]:
+    """What the export (verl.model_merger merge --local_dir <step>/actor --target_dir <dir>)
+    prints when the checkpoint is missing, and once the merged model is saved."""
+    return f"checkpoint not found: {local_dir}", f"Saved merged model to {target_dir}"
 
 
 class Bucket:
@@ -65,6 +99,10 @@ class Bucket:
             elif self.tracker is not None:
                 with open(tracker, "w") as file:
                     file.write(str(self.tracker))
+            # Imported here: tests/fakes/verl_trainer.py imports this module in every real job
+            # it runs, and lifecycle's pydantic would double its start.
+            from components.runspec.lifecycle import prune_command  # noqa: PLC0415
+
             subprocess.run(["bash", "-c", prune_command(root, keep)], check=False,
                            capture_output=True)
             left = {int(name.rsplit("_", 1)[1]) for name in os.listdir(root)
@@ -137,14 +175,12 @@ class Training(Driver):
             self.at(PLACE_RETRY_S, self.place)
             return
         bucket = self.run_.bucket
-        (_, loaded), (_, up) = verl.PHASES
-        self.at(PHASE_AT[0], lambda: self.log(
-            f"(TaskRunner pid=1) INFO:sim:{loaded} {self.run_.total_steps}"))
+        loaded, up = phase_lines(self.run_.total_steps, "sim")
+        self.at(PHASE_AT[0], lambda: self.log(actor(1) + loaded))
         resume = bucket.tracker if bucket.tracked_ok() else None
-        found = (verl.RESUMED.format(folder=verl.CHECKPOINT_STEP_DIR.format(resume), step=resume)
-                 if resume else verl.FROM_SCRATCH)
-        self.at(PHASE_AT[1], lambda: self.log(f"(TaskRunner pid=1) INFO:sim:{found}"))
-        self.at(PHASE_AT[1], lambda: self.log(f"(TaskRunner pid=1) INFO:sim:{up}"))
+        found = resume_line(step_folder("", resume) if resume else None, resume)
+        self.at(PHASE_AT[1], lambda: self.log(f"{actor(1)}INFO:sim:{found}"))
+        self.at(PHASE_AT[1], lambda: self.log(actor(1) + up))
         self.step = resume or 0
         self.at(PHASE_AT[1] + STEP_S, self.next_step)
 
@@ -153,9 +189,9 @@ class Training(Driver):
             return
         self.step += 1
         step = self.step
-        self.log("(TaskRunner pid=1) " + verl.step_line(step, {
+        self.log(actor(1) + training_step_line(step, {
             "critic/score/mean": f"{step / 100:.3f}", "actor/lr": "np.float64(1e-05)",
-            "response_length/mean": 100 + step, verl.TRAINING_STEP_KEY: STEP_S}))
+            "response_length/mean": 100 + step}, STEP_S))
         if step % SAVE_EVERY == 0:
             self.save(step)
         if step >= self.run_.total_steps:
@@ -199,12 +235,15 @@ class Export(Driver):
             return
 
         def merged() -> None:
-            if self.run_.bucket.tracked_ok() and self.run_.bucket.tracker is not None:
-                self.log("Saved merged model")
+            tracker = self.run_.bucket.tracker
+            missing, saved = export_lines(os.path.join(
+                step_folder("", tracker or 0), verl.CHECKPOINT_ACTOR_DIR), "huggingface")
+            if self.run_.bucket.tracked_ok() and tracker is not None:
+                self.log(saved)
                 self.run_.exported = True
                 self.exit(0)
             else:
-                self.log("checkpoint not found")
+                self.log(missing)
                 self.exit(1)
         self.at(EXPORT_S, merged)
 

@@ -1,27 +1,28 @@
-"""The GCS's node and actor tables as Ray 2.47.0's State API lists them (tests/sim/ray_model.py
+"""The GCS's node and actor tables as Ray 2.49.0's State API lists them (tests/models/ray_jobs.py
 owns the Jobs API; the head's generation owns these tables: a head restart without GCS fault
 tolerance starts them empty).
 
-Cited from ray-2.47.0 (installed in .venv as `ray/...`):
+Cited from ray-2.49.0 (components/facts/pins.py RAY_VERSION; installed as `ray/...`):
 - GET /api/v0/nodes and /api/v0/actors (dashboard/modules/state/state_head.py:96-120) answer
   {"result": true, "msg": "", "data": {"result": {"total", "num_after_truncation",
   "num_filtered", "result": [rows]}}} (dashboard/state_api_utils.py:36-48, do_reply). `limit`
   defaults to 100 (util/state/common.py:48 DEFAULT_LIMIT); one above 10,000
   (RAY_MAX_LIMIT_FROM_API_SERVER, :53-55) raises ValueError outside the handler's try, so the
   head answers 500 (state_api_utils.py:64-74). `detail=true` adds the detail columns
-  (common.py:355-367 filter_fields), e.g. a node's start_time_ms and end_time_ms (:562-571).
-- Node rows (NodeState, common.py:537-571; state_aggregator.py:191-214): node_id, node_ip,
+  (common.py:367-379 filter_fields), e.g. a node's start_time_ms and end_time_ms (:580-589).
+- Node rows (NodeState, common.py:555-589; state_aggregator.py:191-214): node_id, node_ip,
   is_head_node, state ALIVE|DEAD, state_message (None while alive; a dead node's reason,
-  dashboard/utils.py:728-755, e.g. "Unexpected termination: health check failed due to missing
-  too many heartbeats", as a local Ray 2.47 reported it for a SIGKILLed worker node), node_name,
+  dashboard/utils.py:736-763, e.g. "Unexpected termination: health check failed due to missing
+  too many heartbeats", as a local Ray 2.47 reported it for a SIGKILLed worker node, which
+  tests/test_preemption_ray.py holds at the pin), node_name,
   resources_total, labels, start_time_ms, end_time_ms (0 while alive; for a node lost
-  unexpectedly "could be delayed up to 30 seconds", :566-568), sorted by node_id (:213). A
+  unexpectedly "could be delayed up to 30 seconds", :584-586), sorted by node_id (:213). A
   dead node stays listed; a node that joins again (KubeRay's replacement pod) is a new node id.
-- Actor rows (ActorState, common.py:449-505; state_aggregator.py:80-124): actor_id, class_name,
+- Actor rows (ActorState, common.py:461-523; state_aggregator.py:80-124): actor_id, class_name,
   state, job_id, name, node_id, pid, ray_namespace, sorted by actor_id (:119). A dead actor
   stays listed with its node_id (seen on that local Ray: the lost node's actors DEAD, death
   cause OWNER_DIED, since their driver exited first). `filter_keys=job_id` is applied by the
-  GCS (util/state/state_manager.py:194-226), `name` and the others by do_filter
+  GCS (util/state/state_manager.py:195-227), `name` and the others by do_filter
   (state_api_utils.py:200-251); both are an equality.
 - Job ids: each driver that connects gets the GCS's next job id, hex of a 4-byte little-endian
   counter: the dashboard's own is 01000000, so the first submission's driver is 02000000 (as
@@ -68,7 +69,7 @@ class Gcs:
         """A worker pod's raylet joins: a node id of its own (a replacement is a new node)."""
         self.workers += 1
         return self.node(f"{self.generation:02x}{self.workers:04x}".ljust(56, "b"),
-                         f"10.0.1.{self.workers}", False, now_ms)
+                         f"10.0.0.{2 + self.workers}", False, now_ms)
 
     def dead(self, node_id: str, now_ms: int) -> None:
         node = self.nodes.get(node_id)

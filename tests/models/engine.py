@@ -26,7 +26,7 @@ from typing import Any
 from components.check.cluster_check import ClusterCheckProvider
 from components.run.job_provider import PROVIDER_VERSION, GrpoJobProvider
 from components.run.ray_access import RequestPolicy
-from tests.sim.verl import Bucket
+from tests.models.verl import Bucket
 from tests.sim.world import (
     DASHBOARD, HEAD_SERVICE, NAMESPACE, RAY_CLUSTER, STATE, Actor, Killed, World,
 )

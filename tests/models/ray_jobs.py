@@ -1,7 +1,7 @@
-"""Ray 2.47.0's Jobs API and the parts of its State API the program calls, as the head behaves.
+"""Ray 2.49.0's Jobs API and the parts of its State API the program calls, as the head behaves.
 
-Every behaviour cites ray-2.47.0 `python/ray/dashboard/modules/...` (installed in .venv as
-`ray/dashboard/modules/...`); tests/test_sim_conformance.py runs the same operations against a
+Every behaviour cites ray-2.49.0 `python/ray/dashboard/modules/...` (components/facts/pins.py
+RAY_VERSION; installed as `ray/dashboard/modules/...`); tests/test_sim_conformance.py runs the same operations against a
 real local head and compares statuses, errors and log reads.
 
 - A submission puts a PENDING record under its id, or fails if one exists: job_manager.py
@@ -9,11 +9,11 @@ real local head and compares statuses, errors and log reads.
   (job_agent.py:58-62) and the head re-raises it as a 500 "Request failed with status code
   400: ..." (job_head.py:128-131, :504-508). Each submission appends "Runtime env is setting
   up." to the driver log (job_manager.py:531), which is `job-driver-<submission id>.log`
-  (common.py:34), opened in append mode by the job's supervisor actor (job_supervisor.py:174):
+  (common.py:34), opened in append mode by the job's supervisor actor (job_supervisor.py:175):
   a resubmission under the same id appends to the same file.
 - The supervisor actor `_ray_internal_job_actor_<id>` starts the driver and marks the record
-  RUNNING with its node id (job_supervisor.py:342-349); the driver's exit code makes it
-  SUCCEEDED or FAILED (:420-463); the actor then exits (:473). A dead actor's record that is
+  RUNNING with its node id (job_supervisor.py:341-348); the driver's exit code makes it
+  SUCCEEDED or FAILED (:419-462); the actor then exits (:472). A dead actor's record that is
   still non-terminal is marked FAILED by the job monitor within its 1 s loop
   (job_manager.py:70, :151-290), whatever attempt the record is by then.
 - stop signals a live actor and answers {"stopped": true}, or {"stopped": false} when the
@@ -30,18 +30,19 @@ real local head and compares statuses, errors and log reads.
   GCS's internal KV (common.py:233-252), and kills the drivers, which run on the head.
 - A FAILED record's message is "Job entrypoint command failed with exit code N, last available
   logs (truncated to 20,000 chars):" and the driver log's last 10 lines (job_supervisor.py
-  :436-448; job_log_storage_client.py:16 NUM_LOG_LINES_ON_ERROR).
-- The State API's nodes and actors, and the job id a driver gets: tests/sim/ray_state.py.
+  :435-447; job_log_storage_client.py:16 NUM_LOG_LINES_ON_ERROR).
+- The State API's nodes and actors, and the job id a driver gets: tests/models/ray_gcs.py.
 - A GPU worker node lost (a spot VM reclaimed; `worker_lost`): a driver whose actors ran there
   fails FAIL_S later with ActorUnavailableError (a surviving actor's call to a lost one fails on
-  its closed socket: on a local Ray 2.47 whose worker node was SIGKILLed, the job FAILED 3 s
+  its closed socket: on a local Ray 2.47 whose worker node was SIGKILLed (tests/test_preemption_ray.py
+  holds the classification to the pinned 2.49.0), the job FAILED 3 s
   after the kill with "ray.exceptions.ActorUnavailableError ... RpcError: Socket closed"); a
   driver that ran there (an entrypoint with GPUs: its supervisor actor is placed with those
   resources, job_manager.py:533-537) dies with its supervisor actor, which the job monitor
   finds dead (job_manager.py:244-290). The GCS marks the node DEAD once its health checks
   fail: on that local Ray (checks tuned to 1 s x 3) 0.4 s before the job's end; with Ray's
   defaults (ray_config_def.h health_check_period_ms 3000 x health_check_failure_threshold 5,
-  plus health_check_timeout_ms 10000) up to about 30 s after it (util/state/common.py:566-568,
+  plus health_check_timeout_ms 10000) up to about 30 s after it (util/state/common.py:584-586,
   "could be delayed up to 30 seconds"): the world draws that delay from [-1, 30] s.
 """
 
@@ -52,7 +53,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from tests.sim.ray_state import DASHBOARD_JOB, NODE_DETAIL, Gcs, job_hex, listing
+from components.facts.pins import RAY_VERSION
+from tests.models.ray_gcs import DASHBOARD_JOB, NODE_DETAIL, Gcs, job_hex, listing
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 ACTOR_PREFIX = "_ray_internal_job_actor_"
@@ -77,12 +79,15 @@ class Job:
     end_ms: int | None = None
     driver_node_id: str | None = None
     exit_code: int | None = None
-    driver: Any = None  # tests/sim/verl.py: what the entrypoint does
+    driver: Any = None  # tests/models/verl.py: what the entrypoint does
     job_id: str | None = None  # the driver's Ray job id, once it runs
     lost_node: str | None = None  # the world's fact: a lost node's actors failed this driver
 
     def details(self) -> dict[str, Any]:
-        """JobDetails as GET /api/jobs/<id> returns it (pydantic_models.py JobDetails)."""
+        """JobDetails as GET /api/jobs/<id> and the list return it (job_head.py:595, :623,
+        `job.dict()` of pydantic_models.py:38-104 JobDetails): its fields only. The entrypoint's
+        resources are JobInfo's (common.py:96-102), which JobDetails does not carry: the reply
+        has no entrypoint_num_gpus, whatever the submission asked for."""
         return {
             "type": "SUBMISSION", "job_id": self.job_id, "submission_id": self.sid,
             "driver_info": None, "status": self.status, "entrypoint": self.entrypoint,
@@ -90,9 +95,6 @@ class Job:
             "end_time": self.end_ms, "metadata": dict(self.metadata),
             "runtime_env": self.runtime_env, "driver_agent_http_address": None,
             "driver_node_id": self.driver_node_id, "driver_exit_code": self.exit_code,
-            **{k: self.resources.get(k) for k in (
-                "entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory",
-                "entrypoint_resources")},
         }
 
 
@@ -112,7 +114,8 @@ class Reply:
 class SimRay:
     """The Ray head of one RayCluster. `world` gives the clock, events and drivers."""
 
-    PENDING_S = 1.0  # runtime env setup before the driver starts (an estimate, env cached)
+    PENDING_S: float | None = 1.0  # runtime env setup before the driver starts (an estimate,
+    # env cached)
     ACTOR_EXIT_S = 0.3  # from the driver's exit to the actor's death (exit_actor)
     MONITOR_PERIOD_S = 1.0  # job_manager.py:70
 
@@ -131,7 +134,8 @@ class SimRay:
     # --- nodes ---------------------------------------------------------------------------
     @property
     def head_node(self) -> str:
-        return f"head-{self.generation:02d}" + "0" * 50
+        """56 hex digits, as a real node id; sorted first in the node listing (:213)."""
+        return f"{self.generation:02x}" + "0" * 54
 
     def worker_node(self) -> str | None:
         """The GPU worker's Ray node id while one runs (each pod of it is a new node)."""
@@ -241,7 +245,7 @@ class SimRay:
         if method == "GET" and path == "/api/v0/logs/file":
             return self.log_file(query)
         if method == "GET" and path == "/api/version":
-            return Reply(200, json.dumps({"version": "4", "ray_version": "2.47.0"}))
+            return Reply(200, json.dumps({"version": "4", "ray_version": RAY_VERSION}))
         return Reply(404, "404: Not Found")
 
     def submit(self, request: dict[str, Any]) -> Reply:
@@ -264,9 +268,16 @@ class SimRay:
         self.actors.setdefault(sid, []).append(Actor(ACTOR_PREFIX + sid))
         self.logs.setdefault(sid, []).append("Runtime env is setting up.\n")  # :531, append
         generation = self.generation
-        self.world.schedule(self.PENDING_S, lambda: self._start(job, generation))
+        if self.PENDING_S is not None:  # None: the test starts it (tests/fakes/ray_jobs.py)
+            self.world.schedule(self.PENDING_S, lambda: self._start(job, generation))
         self.world.observe_submit(job)
         return Reply(200, json.dumps({"job_id": sid, "submission_id": sid}))
+
+    def start(self, sid: str) -> None:
+        """The job's runtime env is ready: its supervisor actor starts the driver
+        (job_supervisor.py:341-348). A world whose PENDING_S is None calls it when its test
+        says so."""
+        self._start(self.jobs[sid], self.generation)
 
     def _start(self, job: Job, generation: int) -> None:  # noqa: C901
         if generation != self.generation or self.jobs.get(job.sid) is not job:
@@ -291,8 +302,8 @@ class SimRay:
             self.logs.setdefault(job.sid, []).append(line + "\n")
 
     def driver_exited(self, job: Job, code: int, stopped: bool = False) -> None:
-        """The entrypoint ended: the record's status (job_supervisor.py:420-463), then the
-        actor's death (:473) and, a monitor period later, its monitor's look (job_manager.py)."""
+        """The entrypoint ended: the record's status (job_supervisor.py:419-462), then the
+        actor's death (:472) and, a monitor period later, its monitor's look (job_manager.py)."""
         if self.jobs.get(job.sid) is job and job.status not in TERMINAL:
             job.status = "STOPPED" if stopped else ("SUCCEEDED" if code == 0 else "FAILED")
             job.exit_code = None if stopped else code
@@ -357,7 +368,7 @@ class SimRay:
         return Reply(200, json.dumps({"deleted": True}))
 
     def list_actors(self, query: dict[str, list[str]]) -> Reply:
-        """GET /api/v0/actors (ray_state.py): the jobs' supervisor actors (the dashboard's job)
+        """GET /api/v0/actors (ray_gcs.py): the jobs' supervisor actors (the dashboard's job)
         and the drivers' own actors, dead ones included."""
         dashboard = job_hex(DASHBOARD_JOB)
         rows = [{"actor_id": f"{i:08x}{dashboard}".ljust(32, "e"), "class_name": "JobSupervisor",
@@ -368,7 +379,7 @@ class SimRay:
         return Reply(*listing(rows + self.gcs.actors, query, "actor_id"))
 
     def list_nodes(self, query: dict[str, list[str]]) -> Reply:
-        """GET /api/v0/nodes (ray_state.py): this head's GCS's nodes, dead workers included."""
+        """GET /api/v0/nodes (ray_gcs.py): this head's GCS's nodes, dead workers included."""
         return Reply(*listing(list(self.gcs.nodes.values()), query, "node_id", NODE_DETAIL))
 
     def log_file(self, query: dict[str, str]) -> Reply:
