@@ -45,3 +45,18 @@ def test_a_provider_pickled_before_the_rooms_loads_as_the_provider_now(resource)
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     assert loaded.stdout.strip() == NOW[resource]
+
+
+def test_a_program_run_leaves_pickle_as_it_found_it():
+    """The SDK's serialize_provider wraps pickle._Pickler._batch_setitems at every dynamic
+    resource and never unwraps it (pulumi 3.272.0 pulumi/dynamic/dynamic.py); tools/mockrun.py
+    puts it back after each run, or a test worker that renders the program a few hundred times
+    fails with RecursionError inside pickle (seen in the suite at 4ee7976)."""
+    import pickle
+
+    from tools import plan
+
+    before = pickle._Pickler._batch_setitems  # noqa: SLF001
+    for _ in range(2):
+        plan.run_program("a4", "standard")
+    assert pickle._Pickler._batch_setitems is before  # noqa: SLF001

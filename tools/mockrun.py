@@ -25,6 +25,7 @@ import copy
 import difflib
 import hashlib
 import json
+import pickle
 import threading
 import time
 from dataclasses import dataclass, field
@@ -447,10 +448,17 @@ def run(
 
     traced = pulumi_resource._get_stack_trace
     pulumi_resource._get_stack_trace = source_pb2.StackTrace
+    # pulumi 3.272.0 pulumi/dynamic/dynamic.py serialize_provider points pickle.Pickler at the
+    # pure-Python _Pickler, wraps its _batch_setitems in a sorting one and never puts it back:
+    # each dynamic resource's serialization wraps the last wrapper, and a process that runs the
+    # program some hundred times (a test worker, `make diff`'s renders) exceeds the recursion
+    # limit inside pickle. A run leaves the method as it found it.
+    batch_setitems = pickle._Pickler._batch_setitems  # noqa: SLF001
     try:
         pulumi.runtime.test(body)()
     finally:
         pulumi_resource._get_stack_trace = traced
+        pickle._Pickler._batch_setitems = batch_setitems  # noqa: SLF001
     return recording
 
 
