@@ -340,19 +340,26 @@ def test_two_actors_never_run_the_same_attempt_twice(world):
     assert ray.submissions == [a0, attempt_id(RUN, 1), attempt_id(RUN, 2)]
 
 
+
+def _export_failed_once(ray, cluster, marked_at: float):
+    """A run whose training SUCCEEDED under the provider's mark (at `marked_at`), then whose
+    first export attempt FAILED with no retry left: (spec, export run)."""
+    run_spec = spec(max_retries=0, export={"entrypoint": "python3 -m verl.model_merger merge"})
+    cluster.mark({"run": RUN, "at": marked_at, "ended": None})
+    a0 = submit(ray)
+    ray.finish(a0, "SUCCEEDED")
+    tick(ray, cluster, run_spec)
+    export = protocol.export_run(RUN)
+    ray.finish(attempt_id(export, 0), "FAILED")
+    return run_spec, export
+
 def test_an_explicit_up_after_a_release_is_followed_and_released_again(world):
     """The export failed for good and the GPUs went back; `pulumi up --refresh` then resumed
     the cluster and exported (its mark changed): the supervisor follows the run again and, once
     that export SUCCEEDED, releases the GPUs again (review finding 6). An unchanged mark, a
     later clock or none, never reopens it."""
     ray, cluster = world
-    run_spec = spec(max_retries=0, export={"entrypoint": "python3 -m verl.model_merger merge"})
-    cluster.mark({"run": RUN, "at": 5.0, "ended": None})
-    a0 = submit(ray)
-    ray.finish(a0, "SUCCEEDED")
-    tick(ray, cluster, run_spec)
-    export = protocol.export_run(RUN)
-    ray.finish(attempt_id(export, 0), "FAILED")
+    run_spec, export = _export_failed_once(ray, cluster, marked_at=5.0)
     assert tick(ray, cluster, run_spec)["released"]
     assert tick(ray, cluster, run_spec, now=ray.clock + 10**6)["released"]  # nothing changed
 
@@ -490,13 +497,7 @@ def test_an_export_is_given_up_only_by_a_tick_that_saw_the_same_mark(world):
     and release the GPUs under the export about to come, as for a training attempt
     (recovery.decide's mark_settled). It gives up once a tick saw the same mark before."""
     ray, cluster = world
-    run_spec = spec(max_retries=0, export={"entrypoint": "python3 -m verl.model_merger merge"})
-    cluster.mark({"run": RUN, "at": 1.0, "ended": None})
-    a0 = submit(ray)
-    ray.finish(a0, "SUCCEEDED")
-    tick(ray, cluster, run_spec)
-    export = protocol.export_run(RUN)
-    ray.finish(attempt_id(export, 0), "FAILED")
+    run_spec, _ = _export_failed_once(ray, cluster, marked_at=1.0)
     cluster.mark({"run": RUN, "at": 2.0, "ended": None})  # `pulumi up --refresh` began
     record = tick(ray, cluster, run_spec)
     assert not record.get("ended") and not cluster.suspended()
