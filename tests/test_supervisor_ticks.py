@@ -353,6 +353,7 @@ def _export_failed_once(ray, cluster, marked_at: float):
     ray.finish(attempt_id(export, 0), "FAILED")
     return run_spec, export
 
+
 def test_an_explicit_up_after_a_release_is_followed_and_released_again(world):
     """The export failed for good and the GPUs went back; `pulumi up --refresh` then resumed
     the cluster and exported (its mark changed): the supervisor follows the run again and, once
