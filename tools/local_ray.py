@@ -178,6 +178,9 @@ CLUSTER_ENV = {
 # A node's object store: just above Ray's floor of 75 MB
 # (ray_constants.OBJECT_STORE_MINIMUM_MEMORY_BYTES).
 NODE_OBJECT_STORE_BYTES = 80_000_000
+# What `ray start` raises when its raylet did not register with the GCS in 30 s, a wait no
+# setting changes (ray-2.49.0 _private/node.py Node.__init__, `raylet_start_wait_time_s = 30`).
+STARTUP_TIMED_OUT = "The current node timed out during startup"
 
 
 def route_ip() -> str:
@@ -207,28 +210,10 @@ class WorkerNode:
     pid: int  # the `ray start --block` process
 
 
-def add_node(head: LocalRay, name: str, num_cpus: int = 1, num_gpus: int = 0,
-             timeout_s: float = START_TIMEOUT_S) -> WorkerNode:
-    """Start a worker node that joins `head`, and return once the GCS lists it ALIVE.
-
-    `num_gpus` is a logical resource (Ray schedules on it; the node need not have a GPU). Each
-    node has an address of its own, 127.0.0.<2 + the nodes added before it>, as each pod of a
-    RayCluster has: a driver on this machine attaches to the first live node whose address is
-    the one recorded in the session's node_ip_address.json (ray-2.47.0 _private/node.py
-    Node.__init__, connect_only -> _wait_and_get_for_node_address; GCS
-    GlobalStateAccessor::GetNodeToConnectForDriver), and every node of the machine shares that
-    session dir (a joining node takes the head's temp dir and session dir from the GCS,
-    ray/scripts/scripts.py:825-832, node.py _init_temp), so a node on the head's address could
-    host the drivers of jobs, or the head agent's JobManager, and take them down with it. A
-    joining node records its own address there (services.write_node_ip_address, "Creating 2
-    instances in the same host with different IP address is not supported"); the head's is
-    put back once the node is up, as a process on the head of a real cluster would read it. A
-    driver that starts while a node joins may still attach to that node.
-
-    The node's pid is recorded under the head's temp dir, so that `stop(head)` ends it, from
-    any process; its Ray processes also name the head's session dir."""
-    ip = f"127.0.0.{2 + len(list(head.temp_dir.glob('node-*.log')))}"
-    ports = {name: free_port() for name in (
+def _start_node(head: LocalRay, name: str, ip: str, num_cpus: int,
+                num_gpus: int) -> subprocess.Popen:
+    """`ray start --block` of node `name` at `ip`, joining `head` on ports of its own."""
+    ports = {port: free_port() for port in (
         "node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
         "dashboard-agent-grpc-port", "runtime-env-agent-port", "metrics-export-port")}
     command = [
@@ -245,19 +230,46 @@ def add_node(head: LocalRay, name: str, num_cpus: int = 1, num_gpus: int = 0,
                                    start_new_session=True,
                                    env=_environment({**HEAD_ENV, **CLUSTER_ENV}))
     (nodes / str(process.pid)).write_text(name)
+    return process
+
+
+def add_node(head: LocalRay, name: str, num_cpus: int = 1, num_gpus: int = 0,
+             timeout_s: float = START_TIMEOUT_S) -> WorkerNode:
+    """Start a worker node that joins `head`, and return once the GCS lists it ALIVE.
+
+    `num_gpus` is a logical resource (Ray schedules on it; the node need not have a GPU). Each
+    node has an address of its own, 127.0.0.<2 + the nodes added before it>, as each pod of a
+    RayCluster has: a driver on this machine attaches to the first live node whose address is
+    the one recorded in the session's node_ip_address.json (ray-2.47.0 _private/node.py
+    Node.__init__, connect_only -> _wait_and_get_for_node_address; GCS
+    GlobalStateAccessor::GetNodeToConnectForDriver), and every node of the machine shares that
+    session dir (a joining node takes the head's temp dir and session dir from the GCS,
+    ray/scripts/scripts.py:825-832, node.py _init_temp), so a node on the head's address could
+    host the drivers of jobs, or the head agent's JobManager, and take them down with it. A
+    joining node records its own address there (services.write_node_ip_address, "Creating 2
+    instances in the same host with different IP address is not supported"); the head's is
+    put back once the node is up, as a process on the head of a real cluster would read it. A
+    driver that starts while a node joins may still attach to that node. Its pid is recorded
+    under the head's temp dir: `stop(head)` ends it, from any process."""
+    ip = f"127.0.0.{2 + len(list(head.temp_dir.glob('node-*.log')))}"
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            output = (head.temp_dir / f"node-{name}.log").read_text(errors="replace")
+    while True:
+        process = _start_node(head, name, ip, num_cpus, num_gpus)
+        while time.monotonic() < deadline and process.poll() is None:
+            for node in state_rows(head, "/api/v0/nodes?detail=true&limit=1000"):
+                if node.get("node_name") == name and node.get("state") == "ALIVE":
+                    _record_node_ip(head)
+                    return WorkerNode(name, node["node_id"], process.pid)
+            time.sleep(0.5)
+        exited = process.poll() is not None
+        _end_node(head, process.pid)
+        if not exited:
+            raise TimeoutError(f"node {name} not ALIVE after {timeout_s}s ({head.dashboard_url})")
+        output = (head.temp_dir / f"node-{name}.log").read_text(errors="replace")
+        # Retried while the caller's time lasts (two loaded cores); any other exit is a failure.
+        if STARTUP_TIMED_OUT not in output or time.monotonic() >= deadline:
             raise RuntimeError(f"node {name}: ray start exited with {process.returncode}:\n"
                                f"{output[-3000:]}")
-        for node in state_rows(head, "/api/v0/nodes?detail=true&limit=1000"):
-            if node.get("node_name") == name and node.get("state") == "ALIVE":
-                _record_node_ip(head)
-                return WorkerNode(name, node["node_id"], process.pid)
-        time.sleep(0.5)
-    _end_node(head, process.pid)
-    raise TimeoutError(f"node {name} not ALIVE in {head.dashboard_url} after {timeout_s}s")
 
 
 def _record_node_ip(head: LocalRay) -> None:
