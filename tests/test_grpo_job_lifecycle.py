@@ -374,7 +374,11 @@ def test_restaging_stops_the_run_and_resubmits_it_after_staging_resuming(
                   staged="staging-0123456789")
     resource = news["metadata"]["verl-gke-resource"]
     engine.up(news)
-    time.sleep(1.5)  # a few steps, a few checkpoints
+    latest = tmp_path / "ckpt" / "latest_checkpointed_iteration.txt"
+    deadline = time.monotonic() + 60  # a checkpoint or two: RUNNING is before the trainer's start
+    while not (latest.exists() and latest.read_text().strip()):
+        assert time.monotonic() < deadline, "the run saved no checkpoint"
+        time.sleep(0.1)
 
     # Dependent replacement: diff with `staged` unknown, then delete before anything else.
     unknown = {**news, "staged": Unknown()}
@@ -382,7 +386,7 @@ def test_restaging_stops_the_run_and_resubmits_it_after_staging_resuming(
     assert diff.replaces == ["staged"]
     provider.delete(engine.state.id, engine.state.outputs)
     assert live_for(ray_head, resource) == []  # nothing runs while staging rewrites /data
-    saved = int((tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text())
+    saved = int(latest.read_text())
     assert saved >= 1
 
     engine.state = None  # the engine recorded the delete

@@ -55,6 +55,35 @@ def start_shipper(logs_dir: Path, out: Path) -> subprocess.Popen:
     )
 
 
+def ready_marker(logs_dir: Path) -> Path:
+    """An empty file of the shipper's last pattern, made before the shipper starts."""
+    assert log_shipper.JOB_LOG_PATTERNS[-1] == "jobs/supervisor-*.log"
+    marker = logs_dir / "jobs" / f"supervisor-shipper-ready-{os.getpid()}.log"
+    marker.parent.mkdir(exist_ok=True)
+    marker.touch()
+    return marker
+
+
+def wait_first_scan(marker: Path, out: Path) -> None:
+    """Return once the shipper's first scan has listed the last of its patterns' files.
+
+    The shipper follows a file its first scan lists from its end (a restarted sidecar must not
+    ship its lines again), and in a pod it starts before Ray, so that scan finds nothing. Here
+    the head is already up, and a job submitted before that scan on two loaded cores had its
+    `jobs/supervisor-*.log` listed by it and never shipped (CI at 99f4d31). So a marker file of
+    the last pattern, made before the shipper starts, is appended to until one of its lines is
+    shipped: then the first scan has expanded that pattern, and every job file made afterwards
+    is new to the shipper and shipped from its first line."""
+    tag = f"[{marker.stem}] "
+    for attempt in range(300):
+        with marker.open("a") as file:
+            file.write(f"ready {attempt}\n")
+        time.sleep(0.1)
+        if any(line.startswith(tag) for line in out.read_text().splitlines()):
+            return
+    raise AssertionError(f"the shipper never shipped {marker}")
+
+
 def stop(process: subprocess.Popen) -> None:
     os.killpg(process.pid, signal.SIGTERM)
     process.wait(timeout=15)
@@ -75,8 +104,10 @@ def shipped(tmp_path_factory, shared_ray_head):
     tmp = tmp_path_factory.mktemp("ship")
     head = shared_ray_head
     logs = head.temp_dir / "session_latest" / "logs"
+    marker = ready_marker(logs)
     shipper = start_shipper(logs, tmp / "shipped.txt")
     try:
+        wait_first_scan(marker, tmp / "shipped.txt")
         jobs = {
             GOOD: f"{TRAINER} --steps {GOOD_STEPS} --sleep 0.1 --all-metrics "
             f"--nan-reward-at {NAN_STEP}",
@@ -126,15 +157,23 @@ def test_restarted_shipper_does_not_ship_old_lines_again(shipped, tmp_path):
     """A sidecar restarted in the same pod skips what its earlier run shipped, so counters
     (failures, NaN rewards) are not counted twice."""
     _, logs = shipped
-    again = start_shipper(logs, tmp_path / "again.txt")
-    time.sleep(1.5)  # several scans
-    with (logs / f"job-driver-{GOOD}.log").open("a") as file:
-        file.write("a line written after the restart\n")
-    time.sleep(1.5)
-    stop(again)
-    assert (tmp_path / "again.txt").read_text().splitlines() == [
-        f"[job-driver-{GOOD}] a line written after the restart"
-    ]
+    out = tmp_path / "again.txt"
+    marker = ready_marker(logs)
+    again = start_shipper(logs, out)
+    try:
+        wait_first_scan(marker, out)
+        with (logs / f"job-driver-{GOOD}.log").open("a") as file:
+            file.write("a line written after the restart\n")
+        new_line = f"[job-driver-{GOOD}] a line written after the restart"
+        for _ in range(100):
+            if new_line in out.read_text().splitlines():
+                break
+            time.sleep(0.1)
+        time.sleep(1)  # several scans more, in which an old line could still come
+    finally:
+        stop(again)
+    shipped_again = [l for l in out.read_text().splitlines() if not l.startswith(f"[{marker.stem}] ")]
+    assert shipped_again == [new_line]
 
 
 def test_step_counter_and_label_count_each_runs_steps(shipped):
