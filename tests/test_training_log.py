@@ -84,6 +84,26 @@ def wait_first_scan(marker: Path, out: Path) -> None:
     raise AssertionError(f"the shipper never shipped {marker}")
 
 
+def wait_shipped(logs_dir: Path, out: Path) -> None:
+    """Return once both runs' supervisor logs hold their exit line (Ray's job supervisor writes
+    it after the status, job_supervisor.py) and the shipper has printed as many lines of each of
+    this module's files as the file holds; a shipper that drops a line fails the tests after 30 s.
+    """
+    files = [logs_dir / f"job-driver-{run}.log" for run in (GOOD, FAILED)]
+    files += [logs_dir / "jobs" / f"supervisor-{run}.log" for run in (GOOD, FAILED)]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        lines = out.read_text().splitlines()
+        texts = {path: path.read_text() if path.exists() else "" for path in files}
+        exited = all("entrypoint command exited with code" in texts[path] for path in files[2:])
+        if exited and all(
+            sum(line.startswith(f"[{path.stem}] ") for line in lines) >= len(texts[path].splitlines())
+            for path in files
+        ):
+            return
+        time.sleep(0.2)
+
+
 def stop(process: subprocess.Popen) -> None:
     os.killpg(process.pid, signal.SIGTERM)
     process.wait(timeout=15)
@@ -120,7 +140,7 @@ def shipped(tmp_path_factory, shared_ray_head):
             ).raise_for_status()
         assert wait_terminal(head.dashboard_url, GOOD) == "SUCCEEDED"
         assert wait_terminal(head.dashboard_url, FAILED) == "FAILED"
-        time.sleep(2)  # the supervisor writes its last line after the status; scans follow
+        wait_shipped(logs, tmp / "shipped.txt")
     finally:
         stop(shipper)
     lines = (tmp / "shipped.txt").read_text().splitlines()
