@@ -194,7 +194,7 @@ def _create(scene: Scene) -> None:
     try:
         provider = GrpoJobProvider(POLICY, say=scene.said.append)
         scene.created["outs"] = provider.create(provider_props(
-            scene.runs["P"], wait_for="succeeded", timeout_s=180)).outs
+            scene.runs["P"], wait_for="succeeded", timeout_s=360)).outs
     except Exception as error:  # noqa: BLE001 - the provider's test reports it
         scene.created["error"] = error
 
@@ -215,7 +215,7 @@ def _submit(scene: Scene, run: str) -> None:
                                    spec["submission_id"], 0, Submission.of(spec))
 
 
-def _wait_status(scene: Scene, run: str, statuses: set[str], timeout_s: float = 90) -> dict:
+def _wait_status(scene: Scene, run: str, statuses: set[str], timeout_s: float = 180) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         info = scene.info(run)
@@ -225,13 +225,14 @@ def _wait_status(scene: Scene, run: str, statuses: set[str], timeout_s: float = 
     raise AssertionError(f"{run} never reached {statuses}:\n{scene.log(run)}")
 
 
-def _wait_log(scene: Scene, run: str, text: str, timeout_s: float = 90) -> None:
+def _wait_log(scene: Scene, run: str, text: str, timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         log = scene.log(run)
         if text in log:
             return
-        assert scene.info(run)["status"] not in protocol.TERMINAL, log
+        info = scene.info(run)  # None: not submitted yet (P's create runs in a thread)
+        assert info is None or info["status"] not in protocol.TERMINAL, log
         time.sleep(0.3)
     raise AssertionError(f"{run} never printed {text!r}:\n{scene.log(run)}")
 
