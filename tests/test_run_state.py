@@ -23,7 +23,8 @@ from components.run.ray_access import RayAccessError, RequestPolicy
 from components.supervisor import protocol, recovery, run_state
 from components.supervisor.protocol import Ending, attempt_id
 from components.supervisor.recovery import (
-    Actor, Budgets, Classify, Ended, GiveUp, LeaveAlone, Submit, Wait, decide,
+    Actor, Budgets, Classify, Ended, GiveUp, KeepRunning, LeaveAlone, Live, Stop, Submit, Wait,
+    decide, decide_live,
 )
 from components.supervisor.run_state import (
     MEANING, NEXT, EndReason, RunState, reason_of, state_of,
@@ -94,6 +95,58 @@ def test_the_decision_after_an_attempt_ended(seen, budgets, expected):
     either actor; where they differ, it is an input (the actor, what it stopped itself, the
     deadline it knows, whether the provider's mark is settled), at 7200 s after the start."""
     assert decide(seen, budgets, 7200.0) == expected
+
+
+@pytest.mark.parametrize("seen, budgets, expected", [
+    # Within the deadline and stepping: left running.
+    (Live(0, first_start=0.0, progress=7000.0, step=12), Budgets(3, deadline_s=9000, stall_s=600),
+     KeepRunning()),
+    # Past the deadline from the run's first attempt (not this one's start): the run ends.
+    (Live(3, first_start=0.0, progress=7190.0, step=40), Budgets(3, deadline_s=3600, stall_s=600),
+     Stop("deadline of 1 h reached", EndReason.DEADLINE)),
+    # No new step for stall_s: stopped, and `decide` follows it as a stop of the tick's own.
+    (Live(0, first_start=0.0, progress=6000.0, step=12), Budgets(3, deadline_s=9000, stall_s=600),
+     Stop("no new step for 10 min after step 12")),
+    (Live(1, first_start=0.0, progress=6000.0), Budgets(3, deadline_s=9000, stall_s=600),
+     Stop("no new step for 10 min before its first step")),
+    # The deadline first: a stalled run past it ends, it is not resubmitted.
+    (Live(0, first_start=0.0, progress=0.0), Budgets(3, deadline_s=3600, stall_s=600),
+     Stop("deadline of 1 h reached", EndReason.DEADLINE)),
+    # An actor not given a budget does not apply it.
+    (Live(0, first_start=0.0, progress=0.0), Budgets(3), KeepRunning()),
+])
+def test_the_decision_about_a_live_attempt(seen, budgets, expected):
+    """Invariant: one function says whether a live attempt is stopped (the deadline ends the
+    run; a stall is a stop of the supervisor's own that `decide` then follows), at 7200 s."""
+    assert decide_live(seen, budgets, 7200.0) == expected
+
+
+def test_a_policy_changed_in_recovery_decide_live_changes_the_tick(tmp_path, monkeypatch):
+    """The tick follows a live attempt through recovery.decide_live alone: a policy that stops
+    a run that steps well (here: after step 3) is followed with no change to the tick, and the
+    STOPPED attempt is then its own stop, resubmitted through `decide`."""
+    shipped = recovery.decide_live
+
+    def stop_after_step_3(seen, budgets, now):
+        if seen.step is not None and seen.step >= 3:
+            return Stop("stopped after step 3 by a policy of the test's own")
+        return shipped(seen, budgets, now)
+
+    monkeypatch.setattr(recovery, "decide_live", stop_after_step_3)
+    ray = FakeRay()
+    cluster = FileCluster(tmp_path, "grpo-supervisor-state", "rc")
+    a0 = submit(ray)
+    ray.run(a0)
+    run = spec(max_retries=2, release_gpus=False)
+    ray.log(a0, step(2))
+    assert tick(ray, cluster, run)["state"].startswith("RUNNING")
+    ray.log(a0, step(3))
+    record = tick(ray, cluster, run)
+    assert record["stopped"]["reason"] == "stopped after step 3 by a policy of the test's own"
+    assert ray.records[a0]["status"] == "STOPPED"
+    record = tick(ray, cluster, run)
+    assert record["last_failure"] == "stopped after step 3 by a policy of the test's own"
+    assert ray.submissions == [a0, attempt_id(RUN, 1)]
 
 
 def test_every_end_reason_says_whether_it_gives_the_gpus_back():

@@ -167,7 +167,7 @@ def test_a_tick_that_dies_after_its_stall_stop_is_finished_by_the_next(world, mo
     ray.run(a0)
     real_stop = supervisor._Tick._stop
 
-    def stop_then_die(self, jobs, reason):
+    def stop_then_die(self, jobs, reason, ends=None):
         original_save = self.cluster.save
         calls = []
 
@@ -178,7 +178,7 @@ def test_a_tick_that_dies_after_its_stall_stop_is_finished_by_the_next(world, mo
             original_save(record)
 
         monkeypatch.setattr(self.cluster, "save", save)
-        real_stop(self, jobs, reason)
+        real_stop(self, jobs, reason, ends)
         self._save()
 
     monkeypatch.setattr(supervisor._Tick, "_stop", stop_then_die)

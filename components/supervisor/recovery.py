@@ -21,10 +21,16 @@ The model's export after the run is decided here too (`Ended.export`): its attem
 failures under maxRetries (a preempted export is retried like a failed one), the deadline
 bounds the training only, and giving it up ends the run as EXPORT_FAILED.
 
+A live attempt (PENDING or RUNNING) is decided here too, by `decide_live`: whether to stop it
+at the deadline (the run ends) or for a stall (then `decide` follows it, a stop of the
+supervisor's own). Only the supervisor calls it: `up` follows an attempt to its `waitFor` and
+never stops one, so the provider has no rule about a live attempt to share.
+
 A new failure policy ("give up on an OOM", "no retry before the first step") is a rule here,
-in `decide`, and a row in its tests (tests/test_run_state.py); both actors then follow it. How
-an ended attempt is classified (a preemption or a failure) stays protocol.classify, and the
-budgets' arithmetic protocol.budget_spent.
+in `decide` (or `decide_live`, "stop a run whose reward collapsed"), and a row in its tests
+(tests/test_run_state.py); both actors then follow it. How an ended attempt is classified (a
+preemption or a failure) stays protocol.classify, and the budgets' arithmetic
+protocol.budget_spent.
 
 Standard library only: shipped into the supervisor's pod with supervisor.py.
 """
@@ -57,6 +63,7 @@ class Budgets:
     max_retries: int
     max_preemptions: int | None = None  # None: preemptions resumed without limit
     deadline_s: float | None = None  # None: not known to this actor
+    stall_s: float | None = None  # None: not watched by this actor (only a tick watches)
 
 
 @dataclass(frozen=True)
@@ -149,6 +156,44 @@ def decide(seen: Ended, budgets: Budgets, now: float) -> Decision:
         cause = EndReason.PREEMPTION_BUDGET if ending.preempted else EndReason.RETRY_BUDGET
         return GiveUp(cause, spent)
     return Submit(seen.attempt + 1, ending.reason, seen.preempted_before + ending.preempted)
+
+
+@dataclass(frozen=True)
+class Live:
+    """What a tick saw of the run's newest attempt, PENDING or RUNNING."""
+
+    attempt: int  # its number
+    first_start: float  # epoch seconds of the run's first attempt
+    progress: float  # epoch seconds of its newest step, or of its start before its first step
+    step: float | None = None  # its newest step, if it logged one
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop the live attempt for `reason`. `ends`: the run ends with it (the deadline); None:
+    the STOPPED attempt is the supervisor's own stop, and `decide` follows it (a stall)."""
+
+    reason: str
+    ends: EndReason | None = None
+
+
+@dataclass(frozen=True)
+class KeepRunning:
+    """Leave the live attempt running."""
+
+
+def decide_live(seen: Live, budgets: Budgets, now: float) -> Stop | KeepRunning:
+    """What to do about the run whose newest attempt is live as `seen` says, at `now`: past the
+    deadline (from the run's first attempt) it is stopped and the run ends; with no new step for
+    `stall_s` (before its first step: since it started) it is stopped, and `decide` says what
+    follows as after any failure."""
+    if budgets.deadline_s is not None and now - seen.first_start > budgets.deadline_s:
+        return Stop(f"deadline of {duration(budgets.deadline_s)} reached", EndReason.DEADLINE)
+    if budgets.stall_s is not None and now - seen.progress > budgets.stall_s:
+        where = (f"after step {int(seen.step)}" if seen.step is not None
+                 else "before its first step")
+        return Stop(f"no new step for {duration(budgets.stall_s)} {where}")
+    return KeepRunning()
 
 
 def duration(seconds: float) -> str:

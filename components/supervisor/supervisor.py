@@ -21,8 +21,8 @@ docs/run-lifecycle.md):
 - SUCCEEDED: runs the export (`<run id>-export-a<N>`, on a GPU worker), then, with
   `release_gpus`, suspends the RayCluster: KubeRay deletes every Ray pod and the GPU nodes are
   free. A run given up (budget, deadline, export failed for good) is released too.
-What follows an attempt that ended without success is recovery.decide, the decision the
-provider's `up` makes too; every write of the record is a named transition of run_state.py,
+Whether a live attempt is stopped is recovery.decide_live; what follows an attempt that ended
+without success is recovery.decide, the decision the provider's `up` makes too; every write of the record is a named transition of run_state.py,
 whose RunState is the run's state as that record holds it. Every action is saved as an intent
 before it is taken, so a tick that dies half way is finished by the next. What it did is kept
 in its record (protocol.RECORD_KEY), which the provider reads on `pulumi refresh`, and printed
@@ -73,9 +73,10 @@ def tick(
 
 
 class _Tick(AfterTheRun):
-    """One tick (the export and the release after the run: supervisor_end.py). Every action is saved as an intent in the record before it is taken (the
-    stop's `stopped`, a submission's or a release's `intent`), so a tick that dies half way is
-    finished by the next one (docs/run-lifecycle.md, the state machine)."""
+    """One tick (the export and the release after the run: supervisor_end.py). Every action is
+    saved as an intent in the record before it is taken (the stop's `stopped`, a submission's
+    or a release's `intent`), so a tick that dies half way is finished by the next one
+    (docs/run-lifecycle.md, the state machine)."""
 
     def __init__(self, spec: dict[str, Any], ray: Callable[[str], Any], cluster: Cluster,
                  say: Callable[[str], None], now: Callable[[], float]) -> None:
@@ -85,7 +86,7 @@ class _Tick(AfterTheRun):
         self.max_retries = int(spec["max_retries"])
         # max_preemptions None: preemptions are resumed without limit, within the deadline.
         self.budgets = recovery.Budgets(self.max_retries, spec.get("max_preemptions"),
-                                        spec["deadline_s"])
+                                        spec["deadline_s"], spec["stall_s"])
 
     def say(self, text: str) -> None:
         self._say(f"{self.run_id}: {text}")
@@ -200,7 +201,8 @@ class _Tick(AfterTheRun):
         self._next(lost, "LOST", protocol.Ending(False, why))
 
     def _follow(self, jobs: Any, info: dict[str, Any]) -> None:
-        """A live attempt: track its steps; stop it at the deadline or when it stalls."""
+        """A live attempt: track its steps; stop it where recovery.decide_live says (the
+        deadline, a stall)."""
         record, now, number = self.record, self.now(), self.record["attempt"]
         stopped = record.get("stopped") or {}
         if stopped.get("attempt") == number:
@@ -212,12 +214,10 @@ class _Tick(AfterTheRun):
             run_state.set_step(record, number, step, now)
         started = (info.get("start_time") or now * 1000) / 1000
         progress = record["last_step_at"] if record.get("step_attempt") == number else started
-        if now - record.get("first_start", started) > self.spec["deadline_s"]:
-            reason = f"deadline of {recovery.duration(self.spec['deadline_s'])} reached"
-            self._stop(jobs, reason, EndReason.DEADLINE)
-        elif now - progress > self.spec["stall_s"]:
-            where = f"after step {int(step)}" if step is not None else "before its first step"
-            self._stop(jobs, f"no new step for {recovery.duration(self.spec['stall_s'])} {where}")
+        seen = recovery.Live(number, record.get("first_start", started), progress, step)
+        decision = recovery.decide_live(seen, self.budgets, now)
+        if isinstance(decision, recovery.Stop):
+            self._stop(jobs, decision.reason, decision.ends)
 
     def _stop(self, jobs: Any, reason: str, ends: EndReason | None = None) -> None:
         """Save the stop (and the run's end, if it `ends` it), then make it: the next tick
