@@ -19,9 +19,6 @@ HF_HOME = f"{DATA_MOUNT}/huggingface_cache"
 CHECKPOINT_MOUNT = "/checkpoint-bucket"
 CHECKPOINT_SUBPATH = "checkpoints"
 CHECKPOINT_ROOT = f"{CHECKPOINT_MOUNT}/{CHECKPOINT_SUBPATH}"
-# Where the tutorial (and this program before runs had their own directories) checkpointed,
-# inside the staged source tree; staging still keeps it so that no old checkpoint is lost.
-LEGACY_CHECKPOINT_DIR = f"{VERL_DIR}/checkpoints"
 # verl's checkpoint layout in a run's directory (verl/utils/checkpoint/checkpoint_manager.py
 # get_checkpoint_tracker_filename, find_latest_ckpt_path): the tracker names the last step saved.
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"

@@ -48,7 +48,6 @@ from components.runspec.run_inputs import is_gs, mounted
 from components.schema.staging import model_path
 
 HUB_URL = "https://huggingface.co/{model_id}/resolve/{revision}/{file}"
-CONFIG_URL = HUB_URL.replace("{file}", "config.json")  # kept: the Hub's config address
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 TIMEOUT_S = 15
