@@ -394,7 +394,7 @@ def test_restaging_stops_the_run_and_resubmits_it_after_staging_resuming(
     assert engine.state.id == news["submission_id"]
     again = news["submission_id"] + "-a1"
     wait_status(ray_head, again, {"RUNNING"})
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while "Resuming from" not in job_log(ray_head, again):
         assert time.monotonic() < deadline, "the resubmitted run did not resume"
         time.sleep(0.2)

@@ -87,7 +87,7 @@ def script(call: Call, wait: Wait, suffix: str) -> list[tuple]:
     note("resubmit same id", *submit(one, "echo second-attempt"))
     seen.append(("ended again", status_of(one, {"SUCCEEDED", "FAILED"})))
     states: list[str] = []
-    for _ in range(50):  # the actors exit just after their drivers (job_supervisor.py:473)
+    for _ in range(150):  # the actors exit just after their drivers (job_supervisor.py:473)
         code, text = call("GET", "/api/v0/actors?filter_keys=name&filter_predicates=%3D"
                           f"&filter_values=_ray_internal_job_actor_{one}", None)
         states = sorted(a["state"] for a in json.loads(text)["data"]["result"]["result"])
