@@ -8,8 +8,8 @@ crashing at once; the export failing or hanging; a head restart; the GPU worker 
 preemption: Ray marks it dead from 1 s before to 30 s after the job it fails, and KubeRay's
 replacement joins as a new node 60 s or 5 min later); a tick killed, or a call of
 a tick or of `up` timing out, refused or answered 500, at its Nth call; a flaky tracker read.
-The run's deadline (job.deadlineHours) is drawn too, 1 h, 3 h or 48 h, short enough that the
-waits reach it: both actors are given it as production gives it (tests/models/engine.py).
+The run's deadline (job.deadlineHours) is drawn too, 3, 6 or 15 minutes or 48 h, short enough
+that sequences reach it: both actors get it as production gives it (tests/models/engine.py).
 tests/sim/invariants.py names the invariants; DISABLED switches rules off (make explore's
 --without), so that one failure does not hide another.
 """
@@ -28,9 +28,12 @@ from tests.sim import seams
 from tests.sim.world import Params, World
 
 WAITS = (0.5, 2.0, 10.0, 60.0, 130.0, 600.0, 2900.0)
-# job.deadlineHours, drawn per sequence: 1 h and 3 h are reached by many sequences of 30 steps
-# of WAITS (so the deadline is what ends those runs), 48 h (the default) by none.
-DEADLINES_H = (1.0, 3.0, 48.0)
+# job.deadlineHours, drawn per sequence, scaled down as the world's durations are (an attempt
+# runs about 8 minutes): a run's first attempt rarely starts more than 15 minutes before its
+# sequence ends (seed 2026: 7 of 26 runs live at the end had run over 5 minutes, none over 30;
+# `wait` is one rule of twenty), so 3, 6 and 15 minutes are what the deadline ends runs at,
+# mid-attempt or between attempts; 48 h (the default) never.
+DEADLINES_H = (0.05, 0.1, 0.25, 48.0)
 # Virtual time stops passing (`wait` is no longer drawn) this long after the drawn deadline: a
 # bound that ends every sequence, never one that keeps the deadline from being reached.
 PAST_DEADLINE_S = 6 * 3600
