@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.sim.invariants import Violation, violation_type
-from tests.sim.machine import LifecycleMachine
+from tests.sim.machine import DEADLINES_H, LifecycleMachine
 from tests.sim.world import EPOCH
 
 SETUP = dict(max_retries=1, max_preemptions=None, export=False, release=False, keep=2,
@@ -214,6 +214,53 @@ def test_a_give_up_after_the_settling_wait_spares_an_attempt_submitted_meanwhile
     replay(dict(max_retries=0, release=True, phase=0.0), step("up"),
            step("wait", seconds=60.0), step("attempt_does", kind="fail"), step("up_refresh"),
            WAIT_600, prefer="new-run-safe", happened=lambda m: len(attempts(m)) == 2)
+
+
+# The run's deadline (job.deadlineHours, drawn per sequence: tests/sim/machine.py DEADLINES_H).
+# Both actors are given it (the supervisor's spec, the provider's `deadline_s` input, as
+# grpo_job.py gives it); past it neither submits an attempt of its own, and the tick stops a
+# live one and gives the run up. An explicit `up` that finds the newest attempt FAILED still
+# resubmits it (attempts.py submit_or_adopt: the user's decision). Each sequence breaks the
+# invariant named when production ignores the deadline there (a mutation of recovery.py).
+DEADLINE = [
+    ("a 3 min deadline: the tick stops the live attempt, gives the run up, releases the GPUs",
+     "deadline-stop", dict(max_retries=0, release=True, deadline_h=0.05, phase=0.0),
+     [step("up"), WAIT_600],
+     lambda m: len(attempts(m)) == 1 and attempts(m)[0].status == "STOPPED"
+     and m.world.kuberay.suspend is True),
+    ("an up past the deadline resubmits once; the provider gives the crashed attempt up",
+     "deadline-submit", dict(max_retries=1, deadline_h=0.05),
+     [step("up"), step("next_attempts", kind="crash"),
+      step("preempt_training", back_after=60.0, dead_after=-1.0, then=5.0),
+      step("wait", seconds=2900.0), step("up_refresh")],
+     lambda m: [j.status for j in attempts(m)] == ["FAILED", "FAILED"]
+     and "deadline of 3 min reached" in m.refusals[-1]),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "invariant", "setup", "steps", "happened"),
+    [pytest.param(*case, id=f"deadline-{i}") for i, case in enumerate(DEADLINE, start=1)])
+def test_the_deadline_ends_the_run_for_both_actors(case, invariant, setup, steps, happened):
+    """Invariant: past the run's deadline no actor submits an attempt of its own (only an
+    explicit `up` after a failure does), a live attempt is stopped by the next tick, and with
+    releaseGpus the run given up at the deadline gets its GPUs released."""
+    replay(setup, *steps, prefer=invariant, happened=happened)
+
+
+def test_both_actors_are_given_the_drawn_deadline():
+    """The engine model passes the deadline as production does: the supervisor's spec
+    (supervision.py) and the provider's inputs (grpo_job.py `deadline_s`) both carry the one
+    drawn for the sequence; a provider without it never gives a run up at the deadline."""
+    machine = LifecycleMachine()
+    try:
+        machine.setup(**{**SETUP, "deadline_h": DEADLINES_H[0]})
+        props = machine.engine.job_props()
+        drawn = DEADLINES_H[0] * 3600
+        assert props["deadline_s"] == machine.engine.spec(props)["deadline_s"] == drawn
+        assert machine.max_virtual_s > drawn
+    finally:
+        machine.teardown()
 
 
 def test_the_world_is_deterministic():

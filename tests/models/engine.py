@@ -14,7 +14,8 @@ ConfigMap; `depends_on=[job]`, so its update comes after the job's create or upd
   a failed delete stops the destroy and leaves the rest in the state.
 The props are those of tests/test_supervisor_ray.py (provider_props, spec_for), with the same
 keys grpo_job.py and supervision.render_spec produce; every provider gets the full `access`
-(kubeconfig, namespace, service, port, ray_cluster, state).
+(kubeconfig, namespace, service, port, ray_cluster, state). The deadline reaches both actors:
+the supervisor's spec and the provider's `deadline_s` input (grpo_job.py), from one Config.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Config:
     keep: int = 2
     total_steps: int = 6
     stall_s: float = 45 * 60
-    deadline_s: float = 48 * 3600
+    deadline_s: float = 48 * 3600  # job.deadlineHours, given to both actors as production does
 
 
 @dataclass
@@ -117,7 +118,7 @@ class Engine:
             "checked": f"check-{c.check_version}",
             "metadata": {"verl-gke-stack": STACK, "verl-gke-resource": RESOURCE},
             "wait_for": c.wait_for, "timeout_s": 45 * 60, "max_retries": c.max_retries,
-            "max_preemptions": c.max_preemptions,
+            "max_preemptions": c.max_preemptions, "deadline_s": c.deadline_s,
             "access": self.access(), "checkpoint_uri": f"gs://b/ckpt/v{c.version}",
             "run_dir": f"v{c.version}",
             "export_entrypoint": f"sim-export v{c.version}" if c.export else None,
@@ -254,6 +255,7 @@ class Engine:
         try:
             RunLifecycle(keep_checkpoints=self.config.keep, max_retries=self.config.max_retries,
                          max_preemptions=self.config.max_preemptions,
+                         deadline_hours=self.config.deadline_s / 3600,
                          release_gpus=self.config.release_gpus, wait_for=self.config.wait_for,
                          export_model=self.config.export)
         except Exception as error:  # noqa: BLE001  pydantic's ValidationError

@@ -1,4 +1,5 @@
 """`make explore`: a long exploration of the run's lifecycle; prints the seed, what it explored
+(sequences, steps, preempted attempts, sequences in which a tick ran past a run's deadline)
 and, for anything it finds, the shortest failing sequence hypothesis shrank it to.
 
     python -m tests.sim.explore [--examples N] [--steps N] [--seed N] [--without rule,rule]
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     disabled = frozenset(filter(None, args.without.split(",")))
     pinned = {key: _value(raw) for key, _, raw in (
         item.partition("=") for item in filter(None, args.setup.split(",")))}
-    counted = {"sequences": 0, "steps": 0, "preempted": 0}
+    counted = {"sequences": 0, "steps": 0, "preempted": 0, "past deadline": 0}
 
     class Counted(machine.LifecycleMachine):
         DISABLED = disabled
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             if self.world is not None:  # attempts a lost worker node failed
                 counted["preempted"] += sum(1 for job in self.world.ray.submissions
                                             if job.lost_node)
+                # a clean tick of a run began past its deadline
+                counted["past deadline"] += bool(self.world.observer.past_deadline)
             super().teardown()
 
     print(f"seed {seed}; {args.examples} sequences of up to {args.steps} steps"
@@ -77,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(line for line in note.splitlines()
                                 if line.strip() not in ("state.holds()", "")))
     print(f"\nexplored {counted['sequences']} sequences, {counted['steps']} steps "
-          f"({counted['preempted']} attempts preempted), "
+          f"({counted['preempted']} attempts preempted; {counted['past deadline']} "
+          "sequences with a tick past a run's deadline), "
           f"{time.process_time() - started:.1f} CPU-s (seed {seed})")
     return found
 

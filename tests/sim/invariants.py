@@ -25,12 +25,21 @@ INVARIANTS = {
     "resume": "a failed, stalled, lost or preempted run resumes within two ticks while the "
               "budget of the way it ended (maxRetries, maxPreemptions) and the deadline remain",
     "release": "with releaseGpus, the GPUs go back within two ticks of success plus export, "
-               "or of giving up",
+               "or of giving up (a budget spent, or the deadline passed with the training not "
+               "SUCCEEDED)",
     "destroy": "destroy from any reachable state completes and leaves no live job",
     "new-run-safe": "a new run is never stopped or suspended on behalf of an old one",
     "tracker": "the checkpoint the tracker names is never pruned",
     "up-reports": "up never reports a step, phase or metric that the current attempt did not "
                   "log",
+    "deadline-submit": "no training attempt is submitted past the run's deadline (deadlineHours "
+                       "from its first attempt's start), but by an explicit up that found its "
+                       "newest attempt FAILED, STOPPED or lost (attempts.py submit_or_adopt: "
+                       "the user's decision) or by a tick finishing what a tick that died "
+                       "decided before it (supervisor.py _attempt)",
+    "deadline-stop": "a training attempt live past the run's deadline is stopped within two "
+                     "ticks that began after both the deadline and its submission "
+                     "(recovery.py decide_live)",
 }
 # What up prints for each phase (its name) and the text of verl's line that marks it.
 PHASE_LINES = verl.PHASES
@@ -43,6 +52,14 @@ TICKS = 2
 # before its next attempt; or the State API failed (an injected fault) before its next attempt
 # (classify then counts a failure, bounded by maxRetries: docs/run-lifecycle.md).
 PREEMPTION, FAILURE, EITHER = "preemption", "failure", "either"
+# The deadline is read by an actor when it decides (recovery.decide's `now`), not when its POST
+# lands: a decision made just before the deadline is submitted a few calls later (a note, a
+# listing, a refused call retried). An attempt submitted later than this past the deadline was
+# decided past it.
+DECIDED_S = 60.0
+# A tick that began this close before the deadline may decide either way about an ended
+# attempt: it classifies it first (waiting up to SETTLE_S for a node's death), then decides.
+EITHER_S = SETTLE_S + 30.0
 
 
 class Violation(AssertionError):
@@ -61,6 +78,9 @@ class Observer:
         self.failed_ops: list[tuple[str, str, str, bool]] = []
         self.causes: set[str] = set()  # why runs needed a next attempt (failed, stalled, lost)
         self.endings: dict[int, str] = {}  # a training attempt's serial -> PREEMPTION, ...
+        self.overdue: dict[int, int] = {}  # a training attempt's serial -> clean ticks that
+        # began after the deadline and after it, and left it live
+        self.past_deadline: set[int] = set()  # runs (serials) a tick saw past their deadline
 
     def violate(self, name: str, text: str) -> None:
         self.violations.append(f"[{name}] t={self.world.clock.now:.1f}s: {text}")
@@ -77,6 +97,16 @@ class Observer:
 
     def live_of(self, run: Any) -> list[Any]:
         return [job for job in self.world.ray.live() if self.run_of_job.get(job.serial) is run]
+
+    def deadline(self, run: Any) -> float | None:
+        """The run's deadline, in the world's seconds: its first attempt's start (Ray's
+        start_time, which production carries to every later attempt: protocol.first_start) plus
+        deadlineHours; None before any attempt."""
+        tried = self.attempts(run)
+        if not tried:
+            return None
+        epoch = self.world.clock.time() - self.world.clock.now
+        return tried[0].start_ms / 1000 - epoch + run.config.deadline_s
 
     def run_failed(self, run: Any) -> bool:
         """The run's latest attempt ended without success, or its record is gone (lost with
@@ -103,11 +133,14 @@ class Observer:
         if others:
             self.violate("one-live-attempt", f"{job.sid} submitted while "
                          f"{', '.join(j.sid + ' ' + j.status for j in others)} is live")
+        explicit = False
         if run.explicit_after is not None and len(self.attempts(run)) == run.explicit_after + 1:
             actor = self.world.actor
-            run.extra_ups += actor is not None and actor.kind == "up"
+            explicit = actor is not None and actor.kind == "up"
+            run.extra_ups += explicit
             run.explicit_after = None
         self._check_budget(run)
+        self._check_deadline(run, explicit)
         self.resume.pop(run.serial, None)
         self.release.pop(run.serial, None)  # a new attempt (an explicit up's): not given up
 
@@ -134,6 +167,34 @@ class Observer:
                          f"{f} failures, {p} preemptions and {a} of either (maxRetries "
                          f"{retries}, maxPreemptions {c.max_preemptions}, {run.extra_ups} "
                          "explicit ups after a failure)")
+
+    def _check_deadline(self, run: Any, explicit: bool) -> None:
+        """The newest attempt was not submitted past the deadline, unless by the exceptions
+        production makes (INVARIANTS["deadline-submit"])."""
+        due, now, actor = self.deadline(run), self.world.clock.now, self.world.actor
+        if due is None or now <= due + DECIDED_S or explicit or self._finishing(run, due):
+            return
+        tried = self.attempts(run)
+        self.violate("deadline-submit", f"attempt {len(tried) - 1} of run {run.serial} "
+                     f"submitted by the {actor.kind if actor else '?'} {now - due:.0f}s past "
+                     f"the deadline ({run.config.deadline_s / 3600:g} h from "
+                     f"t={due - run.config.deadline_s:.1f}s)")
+
+    def _finishing(self, run: Any, due: float) -> bool:
+        """The acting tick may be finishing a submission decided before the deadline: a tick
+        of the run that began before it died or failed (its intent saved), and no tick of the
+        run ended cleanly since (a clean one would have finished or dropped that intent)."""
+        actor = self.world.actor
+        if actor is None or actor.kind != "tick":
+            return False
+        for started, of, outcome in reversed(self.world.cron.history):
+            if of is not run:
+                continue
+            if outcome == "ok":
+                return False
+            if started <= due:
+                return True
+        return False
 
     def ended(self, job: Any) -> None:
         run = self.run_of_job.get(job.serial)
@@ -303,6 +364,8 @@ class Observer:
     def after_tick(self, started: float, clean: bool, run: Any) -> None:
         if not clean or run is None:
             return
+        if run.ended_at is None:
+            self._deadline_tick(started, run)
         for serial, entry in list(self.resume.items()):
             if serial == run.serial and entry[0] <= started and run.ended_at is None:
                 entry[1] += 1
@@ -328,6 +391,33 @@ class Observer:
                 if live:
                     self.violate("ended-run-idle", f"run {old.serial} ended at "
                                  f"t={old.ended_at:.1f}s; after a tick, {live} still live")
+
+    def _deadline_tick(self, started: float, run: Any) -> None:
+        """What a clean tick of `run` that began at `started` owes at the deadline: near it no
+        resume is owed (the tick may find it passed); past it a live attempt is stopped (by
+        this tick, or the next: `deadline-stop`), and a run whose training did not succeed is
+        given up, so that with releaseGpus its GPUs are due back (`release`)."""
+        due = self.deadline(run)
+        if due is None or started <= due - EITHER_S:
+            return
+        self.resume.pop(run.serial, None)
+        if started <= due:
+            return
+        self.past_deadline.add(run.serial)
+        newest = self.attempts(run)[-1]
+        epoch = self.world.clock.time() - self.world.clock.now
+        submitted = newest.start_ms / 1000 - epoch
+        if newest.status in ("PENDING", "RUNNING") and self.world.ray.jobs.get(newest.sid) \
+                is newest:
+            if submitted < started:  # the tick could see it
+                count = self.overdue[newest.serial] = self.overdue.get(newest.serial, 0) + 1
+                if count == TICKS:
+                    self.violate("deadline-stop", f"attempt {len(self.attempts(run)) - 1} of "
+                                 f"run {run.serial} is {newest.status} {started - due:.0f}s "
+                                 f"past the deadline, after {TICKS} ticks that began past it")
+        elif newest.status != "SUCCEEDED" and run.config.release_gpus \
+                and run.serial not in self.release and not self.world.kuberay.suspend:
+            self.release[run.serial] = [started, 0]  # given up at the deadline
 
     def check(self, prefer: str | None = None, only: bool = False) -> None:
         """Raise the first violation (of `prefer`, if any is), as an exception type of its

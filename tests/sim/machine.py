@@ -8,6 +8,8 @@ crashing at once; the export failing or hanging; a head restart; the GPU worker 
 preemption: Ray marks it dead from 1 s before to 30 s after the job it fails, and KubeRay's
 replacement joins as a new node 60 s or 5 min later); a tick killed, or a call of
 a tick or of `up` timing out, refused or answered 500, at its Nth call; a flaky tracker read.
+The run's deadline (job.deadlineHours) is drawn too, 3, 6 or 15 minutes or 48 h, short enough
+that sequences reach it: both actors get it as production gives it (tests/models/engine.py).
 tests/sim/invariants.py names the invariants; DISABLED switches rules off (make explore's
 --without), so that one failure does not hide another.
 """
@@ -26,7 +28,19 @@ from tests.sim import seams
 from tests.sim.world import Params, World
 
 WAITS = (0.5, 2.0, 10.0, 60.0, 130.0, 600.0, 2900.0)
-MAX_VIRTUAL_S = 40 * 3600  # below the 48 h deadline: the deadline is never what ends a run
+# job.deadlineHours, drawn per sequence, scaled down as the world's durations are (an attempt
+# runs about 8 minutes): a run's first attempt rarely starts more than 15 minutes before its
+# sequence ends (seed 2026: 7 of 26 runs live at the end had run over 5 minutes, none over 30;
+# `wait` is one rule of twenty), so 3, 6 and 15 minutes are what the deadline ends runs at,
+# mid-attempt or between attempts; 48 h (the default) never.
+DEADLINES_H = (0.05, 0.1, 0.25, 48.0)
+# Virtual time stops passing (`wait` is no longer drawn) this long after the drawn deadline: a
+# bound that ends every sequence, never one that keeps the deadline from being reached.
+PAST_DEADLINE_S = 6 * 3600
+
+
+def max_virtual_s(deadline_s: float) -> float:
+    return deadline_s + PAST_DEADLINE_S
 
 
 def enabled(name: str):
@@ -54,12 +68,14 @@ class LifecycleMachine(RuleBasedStateMachine):
                                                                  "submitted"]),
         linger=st.sampled_from([0.2, 1.0, 3.0]),
         phase=st.floats(0.0, 119.0, allow_nan=False).map(lambda x: round(x, 1)),
+        deadline_h=st.sampled_from(DEADLINES_H),
     )
     def setup(self, max_retries: int, export: bool, release: bool, keep: int, wait_for: str,
-              linger: float, phase: float, max_preemptions: int | None = None) -> None:
+              linger: float, phase: float, max_preemptions: int | None = None,
+              deadline_h: float = 48.0) -> None:
         pinned = {**dict(max_retries=max_retries, max_preemptions=max_preemptions,
                          export=export, release=release, keep=keep, wait_for=wait_for,
-                         linger=linger, phase=phase), **self.PINNED}
+                         linger=linger, phase=phase, deadline_h=deadline_h), **self.PINNED}
         max_retries, export, release, keep = (pinned[k] for k in (
             "max_retries", "export", "release", "keep"))
         wait_for, linger, phase = pinned["wait_for"], pinned["linger"], pinned["phase"]
@@ -70,7 +86,9 @@ class LifecycleMachine(RuleBasedStateMachine):
                                                 max_preemptions=pinned["max_preemptions"],
                                                 export=export,
                                                 release_gpus=release, keep=keep,
-                                                wait_for=wait_for))
+                                                wait_for=wait_for,
+                                                deadline_s=pinned["deadline_h"] * 3600))
+        self.max_virtual_s = max_virtual_s(self.engine.config.deadline_s)
 
     def teardown(self) -> None:
         self.stack.close()
@@ -122,7 +140,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # --- time and the systems ------------------------------------------------------------------
     @rule(seconds=st.sampled_from(WAITS))
-    @precondition(lambda self: self.world is None or self.world.clock.now < MAX_VIRTUAL_S)
+    @precondition(lambda self: self.world is None or self.world.clock.now < self.max_virtual_s)
     def wait(self, seconds: float) -> None:
         self.world.clock.sleep(seconds)
 
