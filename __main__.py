@@ -34,7 +34,7 @@ from components.observability.training_observability import (
 )
 from components.check.cluster_check import ClusterCheck, ClusterCheckArgs
 from components.run.grpo_job import GrpoJob, GrpoJobArgs
-from components.run.supervision import RunSupervisor, RunSupervisorArgs, state_name
+from components.run.supervision import RunSupervisor, RunSupervisorArgs
 from components.run.trackers import TrackerCredentials, TrackerCredentialsArgs
 from components.raycluster.ray_cluster_args import CLUSTER_NAMES, RayOperator, VerlRayClusterArgs
 from components.raycluster.verl_ray_cluster import VerlRayCluster
@@ -315,6 +315,10 @@ if not run.lifecycle.skip_cluster_check:
         opts=pulumi.ResourceOptions(depends_on=[staging]),
     )
 
+# The supervisor's state first: the job's provider notes in it each attempt it submits (with
+# the run's first start) and its mark, from the run's first submission on (run/supervision.py).
+supervisor = RunSupervisor("grpo-supervisor", cfg.namespace, opts=in_namespace)
+
 # The final resource: the training run, once the RayCluster is ready and the bucket is filled.
 job = GrpoJob(
     "grpo",
@@ -328,18 +332,18 @@ job = GrpoJob(
         staged=staging.job_name,
         checked=check.check_id if check else None,
         ray_cluster=ray.cluster_name,
-        supervisor_state=state_name("grpo-supervisor"),
+        supervisor_state=supervisor.state_config_map,
         # New Ray pods (image, shape) replace the run: the old attempt dies with its pods.
         ray_pods=ray.pods_digest,
     ),
-    opts=pulumi.ResourceOptions(depends_on=[staging, *([upload] if upload else [])]),
+    opts=pulumi.ResourceOptions(
+        depends_on=[staging, supervisor.state, *([upload] if upload else [])]),
 )
 
 # Follows the run in the cluster once `pulumi up` has returned: retries, stalls, the deadline,
 # the export and the release of the GPUs (components/run/supervision.py). Created after the job
 # and deleted before it, so nothing resubmits a run that `pulumi destroy` ended.
-supervisor = RunSupervisor(
-    "grpo-supervisor",
+supervisor.follow(
     RunSupervisorArgs(
         run=run.lifecycle,
         spec=job.supervision_spec,

@@ -94,17 +94,20 @@ def test_the_shipped_code_runs_on_the_standard_library_alone(tmp_path):
 
 @pytest.mark.parametrize("stack", ["a4", "a4x"])
 def test_the_supervisor_follows_the_job_and_is_deleted_before_it(stack):
-    """Every supervisor object waits for the GrpoRun (so `pulumi destroy` deletes it first),
-    the state ConfigMap's data is never Pulumi's, and the job's provider knows where it is."""
+    """Every supervisor object but its state waits for the GrpoRun (so `pulumi destroy`
+    deletes it first); the GrpoRun waits for the state ConfigMap (so the provider's notes of
+    the run's first submission have somewhere to go, and a destroy deletes the state last);
+    the state's data is never Pulumi's, and the job's provider knows where it is."""
     _, recording = rendered(stack, "standard")
     run = recording.one("pulumi-python:dynamic/verl-gke:GrpoRun", "grpo-run")
     supervisor = recording.one("verl-gke:index:RunSupervisor", "grpo-supervisor")
     children = recording.children_of(supervisor.urn)
     assert {c.type.split(":")[-1] for c in children} == {
         "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "CronJob"}
-    for child in children:
-        assert run.urn in child.dependencies, child.name
     state = next(c for c in children if c.name == "grpo-supervisor-state")
+    for child in children:
+        assert (run.urn in child.dependencies) == (child is not state), child.name
+    assert state.urn in run.dependencies
     assert "data" in state.ignore_changes
     access = mockrun.unwrap(run.inputs["access"])
     assert access["state"] == state_name("grpo-supervisor")

@@ -9,6 +9,8 @@ tests/test_supervisor_ray.py checks the same client calls against a real head.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from components.facts import verl
@@ -156,6 +158,29 @@ def test_a_head_restart_resumes_the_run_as_its_next_attempt(world):
     ray.restart_head()
     record = tick(ray, cluster, spec())  # attempt 2 was the last the budget of 2 allows
     assert not ray.records and "retry budget of 2 spent" in record["state"]
+
+
+def test_a_head_loss_before_the_first_tick_keeps_the_runs_first_start(world):
+    """The head lost attempt 0 before any tick saw it: the deadline still counts from the run's
+    first start, which the provider's note (protocol.SUBMITTED_KEY, as kube.py write_submitted
+    writes it) holds. The next attempt carries it, and a tick past the deadline from it stops
+    that attempt and ends the run (before, attempt 1's own start began the deadline again)."""
+    ray, cluster = world
+    begun = ray.clock
+    submit(ray)
+    note = {"run": RUN, "attempt": 0, "preempted": 0, "first_start": begun}
+    cluster.store.write("configmap", cluster.state_name,
+                        {"data": {protocol.SUBMITTED_KEY: json.dumps(note)}})
+    ray.restart_head()
+    ray.clock = begun + 600
+    record = tick(ray, cluster, spec(deadline_s=900))
+    a1 = attempt_id(RUN, 1)
+    assert ray.submissions[-1] == a1 and record["first_start"] == begun
+    assert float(ray.records[a1]["metadata"][protocol.FIRST_START_KEY]) == pytest.approx(begun)
+    ray.run(a1)
+    record = tick(ray, cluster, spec(deadline_s=900), now=begun + 1000)
+    assert ray.records[a1]["status"] == "STOPPED"
+    assert record["ended"]["cause"] == "deadline" and "deadline of 15 min" in record["state"]
 
 
 def test_a_tick_that_dies_after_its_stall_stop_is_finished_by_the_next(world, monkeypatch):

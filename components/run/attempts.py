@@ -28,7 +28,8 @@ def newest(jobs: RayJobs, record: dict[str, Any]) -> int:
     return max(found, default=record.get("attempt") or 0)
 
 
-Note = Callable[[int, int], None]  # the attempt about to be submitted, the preemptions before it
+# The attempt about to be submitted, the preemptions before it, the run's first start.
+Note = Callable[[int, int, float | None], None]
 
 
 def ending(jobs: RayJobs, info: dict[str, Any], settle: bool = True) -> protocol.Ending:
@@ -79,7 +80,10 @@ def submit_or_adopt(
         known, preempted = record.get("attempt"), record.get("preempted") or 0
         number = 0 if known is None else known + 1
         why = None if known is None else "attempt lost with the Ray head"
-        note(number, preempted)
+        # A new run starts now (Ray's start_time of attempt 0 is a moment later: the deadline
+        # counts from the note's at most that much early); a lost one from its known start.
+        started = time.time() if known is None else record.get("first_start")
+        note(number, preempted, started)
         if protocol.submit_attempt(jobs.for_id, run, number, job, why,
                                    record.get("first_start"), preempted):
             progress.say(f"submitted attempt {number}" if number else "submitted")
@@ -109,9 +113,10 @@ def resubmit(
     preempted = protocol.preemptions(info) + ended.preempted
     progress.say(f"{ended.reason}; resubmitting as the next attempt, resuming from "
                  f"{props.get('checkpoint_uri') or 'its checkpoints'}")
-    note(number + 1, preempted)
+    started = protocol.first_start(info)
+    note(number + 1, preempted, started)
     return protocol.advance(jobs.for_id, jobs.submission_id, number, submission(props),
-                            ended.reason, protocol.first_start(info), progress.say, preempted)
+                            ended.reason, started, progress.say, preempted)
 
 
 def stop_others(jobs: RayJobs, metadata: dict[str, str], progress: Progress) -> None:

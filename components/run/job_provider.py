@@ -321,17 +321,16 @@ class GrpoJobProvider(dynamic.ResourceProvider):
                 time.sleep(self.policy.poll_max_s)
         run = props.get("submission_id")
         ours = dict(record) if record.get("submission_id") == run else {}
-        lost = protocol.lost_attempt(run, ours, state.get(SUBMITTED_KEY))
-        return ours if lost is None else {**ours, "attempt": lost[0], "preempted": lost[1]}
+        return protocol.with_lost(run, ours, state.get(SUBMITTED_KEY))
 
     def _noter(self, props: dict[str, Any]) -> attempts.Note:
-        """Records each attempt number, and the preemptions before it, before the provider
-        submits it (protocol.SUBMITTED_KEY), so that one the head loses still counts against
-        the budget."""
-        def note(number: int, preempted: int) -> None:
+        """Records each attempt number, the preemptions before it and the run's first start
+        before the provider submits it (protocol.SUBMITTED_KEY), so that one the head loses
+        still counts against the budget and the deadline."""
+        def note(number: int, preempted: int, first_start: float | None) -> None:
             with open_cluster(props.get("access") or {}, self.policy) as cluster:
                 if cluster is not None:
-                    cluster.write_submitted(props["submission_id"], number, preempted)
+                    cluster.write_submitted(props["submission_id"], number, preempted, first_start)
         return note
 
     def _gate(self, props: dict[str, Any], resume: bool) -> bool:

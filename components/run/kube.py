@@ -47,11 +47,13 @@ class ClusterState:
         """The provider's mark (protocol.MARK_KEY), None if never written."""
         return self.state().get(MARK_KEY)
 
-    def write_submitted(self, run: str, attempt: int, preempted: int) -> bool:
+    def write_submitted(self, run: str, attempt: int, preempted: int,
+                        first_start: float | None) -> bool:
         """Record, before the POST, that the provider submits `attempt` of `run`, after
-        `preempted` preemptions (protocol.SUBMITTED_KEY), as write_mark writes the mark."""
+        `preempted` preemptions, the run having first started at `first_start`
+        (protocol.SUBMITTED_KEY), as write_mark writes the mark."""
         return self._write(SUBMITTED_KEY, {"run": run, "attempt": attempt,
-                                           "preempted": preempted})
+                                           "preempted": preempted, "first_start": first_start})
 
     def write_mark(self, mark: dict[str, Any]) -> bool:
         """Write the provider's mark into the supervisor's state (protocol.MARK_KEY)."""

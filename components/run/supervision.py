@@ -18,7 +18,11 @@ nothing in it detects a stall (KUBERAY-RAYJOB-REVIEW.md rows 2, 3, 5, 7, read at
 v1.7.0); a RayJob that owns its cluster retries by recreating the whole RayCluster. So the
 RayCluster stays Pulumi's and this supervisor is small and namespaced.
 
-Created after the GrpoJob and deleted before it (depends_on), so `pulumi destroy` ends the
+Its state ConfigMap is created before the GrpoJob and deleted after it (the job depends on it),
+so the provider's notes (its mark, and each attempt it submits with the run's first start) are
+kept from the run's first submission on: a create that fails, or a head that loses its job table
+before the first tick, still leaves the budget and the deadline their count. Everything else is
+created after the GrpoJob and deleted before it (depends_on), so `pulumi destroy` ends the
 supervisor before the job is stopped; the protocol (protocol.py) makes a tick that overlaps the
 stop harmless: the provider writes "ended" into the state before it stops the run, and a tick
 reads it again right before any submission.
@@ -125,10 +129,15 @@ def render_objects(name: str, args: RunSupervisorArgs) -> list[dict[str, Any]]:
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, **meta},
             "data": {**code, SPEC_FILE: json.dumps(spec, indent=1, sort_keys=True)},
         },
-        {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": {"name": state_name(name), **meta}},
+        state_object(name, args.namespace),
         _cron_job(name, args, meta),
     ]
+
+
+def state_object(name: str, namespace: str) -> dict[str, Any]:
+    """The state ConfigMap, created empty: its data is the supervisor's and the provider's."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": state_name(name), "namespace": namespace, "labels": LABELS}}
 
 
 def _cron_job(name: str, args: RunSupervisorArgs, meta: dict[str, Any]) -> dict[str, Any]:
@@ -189,26 +198,35 @@ _FIELDS = {"roleRef": "role_ref"}
 
 
 class RunSupervisor(pulumi.ComponentResource):
-    """The supervisor's service account, Role, RoleBinding, ConfigMaps and CronJob."""
+    """The supervisor's service account, Role, RoleBinding, ConfigMaps and CronJob, in two
+    steps: the state ConfigMap when it is constructed, before the job (`state`, which the job
+    depends on); the rest with `follow`, once the job is declared."""
 
     name: str
     state_config_map: str
+    state: k8s.core.v1.ConfigMap
 
     def __init__(
-        self, name: str, args: RunSupervisorArgs, opts: pulumi.ResourceOptions | None = None
+        self, name: str, namespace: str, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("verl-gke:index:RunSupervisor", name, None, opts)
-        for obj in render_objects(name, args):
-            kind = obj["kind"]
-            is_state = obj["metadata"]["name"] == state_name(name)
-            suffix = "state" if is_state else kind.lower()
-            fields = {_FIELDS.get(key, key): value for key, value in obj.items()
-                      if key not in ("apiVersion", "kind")}
-            # The state's data is the supervisor's alone: Pulumi never writes it back.
-            _TYPES[kind](
-                f"{name}-{suffix}", **fields,
-                opts=child_options(self, opts, ignore_changes=["data"] if is_state else None),
-            )
         self.name = name
         self.state_config_map = state_name(name)
+        # The state's data is the supervisor's and the provider's: Pulumi never writes it back.
+        self.state = k8s.core.v1.ConfigMap(
+            f"{name}-state", metadata=state_object(name, namespace)["metadata"],
+            opts=child_options(self, opts, ignore_changes=["data"]),
+        )
+
+    def follow(self, args: RunSupervisorArgs, opts: pulumi.ResourceOptions) -> None:
+        """The objects that follow the job (`opts` depends on it): created after its create or
+        update returns, deleted before it."""
+        for obj in render_objects(self.name, args):
+            kind = obj["kind"]
+            if obj["metadata"]["name"] == self.state_config_map:
+                continue
+            fields = {_FIELDS.get(key, key): value for key, value in obj.items()
+                      if key not in ("apiVersion", "kind")}
+            _TYPES[kind](f"{self.name}-{kind.lower()}", **fields,
+                         opts=child_options(self, opts))
         self.register_outputs({"name": self.name, "stateConfigMap": self.state_config_map})

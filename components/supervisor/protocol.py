@@ -377,10 +377,11 @@ def _finite(text: str) -> float | None:
 # - MARK_KEY, the provider's: {"run": the run id the stack wants, "at": epoch seconds of the
 #   provider's last action on it, "ended": why the provider ended it, or null}. Written before
 #   the provider submits (create, resubmit, export) and before it stops a run it deletes.
-# - SUBMITTED_KEY, the provider's: {"run", "attempt", "preempted"}, the newest attempt it
-#   submitted and the preemptions before it, written before the POST. Ray's job table lives in
-#   the head and goes with it; this key does not, so an attempt that the head lost still counts
-#   against the budget (lost_attempt).
+# - SUBMITTED_KEY, the provider's: {"run", "attempt", "preempted", "first_start"}, the newest
+#   attempt it submitted, the preemptions before it and the run's first start (epoch seconds,
+#   for the deadline; absent in notes from before it), written before the POST. Ray's job table
+#   lives in the head and goes with it; this key does not, so an attempt that the head lost
+#   still counts against the budget (lost_attempt) and the deadline (known_first_start).
 RECORD_KEY = "record"
 MARK_KEY = "provider"
 SUBMITTED_KEY = "provider-submitted"
@@ -398,6 +399,29 @@ def lost_attempt(run_id: str, record: dict[str, Any],
     if (submitted or {}).get("run") == run_id and submitted.get("attempt") is not None:
         found.append((submitted["attempt"], submitted.get("preempted") or 0))
     return max(found) if found else None
+
+
+def known_first_start(run_id: str, record: dict[str, Any],
+                      submitted: dict[str, Any] | None) -> float | None:
+    """The run's first start as the supervisor's `record` or the provider's SUBMITTED_KEY
+    knows it, the earlier of the two: when the head lost the attempts before any tick saw one,
+    the note alone knows when the run began, and the deadline counts from there."""
+    found = [record["first_start"]] if record.get("first_start") is not None else []
+    if (submitted or {}).get("run") == run_id and submitted.get("first_start") is not None:
+        found.append(float(submitted["first_start"]))
+    return min(found, default=None)
+
+
+def with_lost(run_id: str, record: dict[str, Any],
+              submitted: dict[str, Any] | None) -> dict[str, Any]:
+    """The supervisor's `record` of `run_id` ({} if none) with the newest attempt anyone
+    submitted, the preemptions before it and the run's first start, as the provider's note
+    adds to it: what `pulumi up` continues from when Ray's job table went with the head."""
+    lost = lost_attempt(run_id, record, submitted)
+    if lost is None:
+        return record
+    return {**record, "attempt": lost[0], "preempted": lost[1],
+            "first_start": known_first_start(run_id, record, submitted)}
 
 
 def counts(attempt: int, preempted: int, ending: dict[str, Any] | None) -> dict[str, int]:

@@ -223,9 +223,12 @@ def set_preempted(record: dict[str, Any], preempted: int) -> None:
     record["preempted"] = preempted
 
 
-def set_lost(record: dict[str, Any], preempted: int) -> None:
-    """LOST: the newest attempt is gone with the head's job table (a failure)."""
+def set_lost(record: dict[str, Any], preempted: int, first_start: float | None = None) -> None:
+    """LOST: the newest attempt is gone with the head's job table (a failure). `first_start`:
+    the run's first start as the provider's note knows it, kept if no tick saw an attempt."""
     record.update(preempted=preempted, status="LOST")
+    if first_start is not None:
+        record["first_start"] = min(first_start, record.get("first_start") or first_start)
 
 
 def set_stopping(record: dict[str, Any], reason: str) -> None:

@@ -177,6 +177,9 @@ class _Tick(AfterTheRun):
         # submitted since (protocol.SUBMITTED_KEY). A lost attempt is a failure: the head is not
         # a GPU node, and what took it (its node, or the driver's memory) cannot be told apart.
         lost, preempted = protocol.lost_attempt(self.run_id, record, self.submitted) or (0, 0)
+        # The deadline counts from the run's first start, which no tick saw if the head lost
+        # every attempt before the first one: the provider's note knows it.
+        first_start = protocol.known_first_start(self.run_id, record, self.submitted)
         if known is None:
             # This spec reaches the CronJob only once the run's create returned (the supervisor
             # depends on the job), i.e. after attempt 0 at least was submitted: Ray lost it with
@@ -184,7 +187,7 @@ class _Tick(AfterTheRun):
             # here.) The provider's note (protocol.SUBMITTED_KEY) names a later one if it
             # submitted one; either way the lost attempt counts, and the next one follows it.
             self.say(f"attempt {lost} is gone from Ray with its head's job table")
-            run_state.set_lost(record, preempted)
+            run_state.set_lost(record, preempted, first_start)
             self._next(lost, "LOST", protocol.Ending(
                 False, "lost with the Ray head before its first step"))
             return
@@ -197,7 +200,7 @@ class _Tick(AfterTheRun):
         step = record.get("step") if record.get("step_attempt") == lost else None
         why = protocol.failure({"status": "lost with the Ray head"}, step)
         self.say(f"attempt {lost} is gone from Ray with its head's job table ({why})")
-        run_state.set_lost(record, preempted)
+        run_state.set_lost(record, preempted, first_start)
         self._next(lost, "LOST", protocol.Ending(False, why))
 
     def _follow(self, jobs: Any, info: dict[str, Any]) -> None:

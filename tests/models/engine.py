@@ -1,16 +1,18 @@
 """The Pulumi engine's operation order over the run's resources, calling the real providers.
 
 The stack's resources that touch the run, in dependency order (__main__.py): the RayCluster,
-the ClusterCheck (ClusterCheckProvider), the GrpoJob (GrpoJobProvider, whose `checked` input
-follows the check's id) and the RunSupervisor (the CronJob with run.json and its state
-ConfigMap; `depends_on=[job]`, so its update comes after the job's create or update returns).
+the supervisor's state ConfigMap (which the job depends on), the ClusterCheck
+(ClusterCheckProvider), the GrpoJob (GrpoJobProvider, whose `checked` input follows the check's
+id) and the rest of the RunSupervisor (the CronJob with run.json; `depends_on=[job]`, so its
+update comes after the job's create or update returns).
 - `up`: check, diff and create/update each in that order; a replacement of a dynamic resource
   is delete-before-replace (both providers' diff set it), and a replaced check replaces the job
   too (`checked` changes): delete job, delete check, create check, create job. The first
   failure stops the operation; what completed before it stays in the state.
 - `up --refresh` / `refresh`: read each resource first (a job whose read returns no id leaves
   the stack); the read's inputs are what the next check and diff start from.
-- `destroy`: dependents first: supervisor, job, check, then the RayCluster (and the pools);
+- `destroy`: dependents first: supervisor, job, its state ConfigMap, check, then the
+  RayCluster (and the pools);
   a failed delete stops the destroy and leaves the rest in the state.
 The props are those of tests/test_supervisor_ray.py (provider_props, spec_for), with the same
 keys grpo_job.py and supervision.render_spec produce; every provider gets the full `access`
@@ -167,6 +169,8 @@ class Engine:
             # The user's explicit decision to try again: one more attempt, if this up makes it
             # (when the supervisor resubmitted first, up adopts and earns nothing).
             current.explicit_after = len(world.observer.attempts(current))
+        if STATE not in world.kuberay.configmaps:
+            world.kuberay.create_configmap(STATE)  # before the job, which depends on it
         check_news = self.check_props()
         job_news = self.job_props()
         old_check, old_job = self.state.get("check"), self.state.get("job")
@@ -202,8 +206,6 @@ class Engine:
         res = self.state["job"]
         spec = self.spec(res.inputs)
         if world.cron.spec != spec:
-            if STATE not in world.kuberay.configmaps:
-                world.kuberay.create_configmap(STATE)
             world.cron.deploy(spec, res.run)
 
     def refresh(self) -> None:
@@ -229,13 +231,13 @@ class Engine:
         owned = ([self.state["job"].run] if "job" in self.state else []) + (
             [self.state["check"].outs["submission_id"]] if "check" in self.state else [])
         world.cron.remove()
-        world.kuberay.configmaps.pop(STATE, None)
         if "job" in self.state:
             res = self.state["job"]
             self._call("job", res.run, self.job.delete, res.outs["submission_id"], res.outs)
             del self.state["job"]
             if res.run:
                 res.run.ended_at = world.clock.now
+        world.kuberay.configmaps.pop(STATE, None)  # after the job, which depends on it
         if "check" in self.state:
             res = self.state["check"]
             self._call("check", None, self.check.delete, res.outs["submission_id"], res.outs)
