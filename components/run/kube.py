@@ -61,8 +61,8 @@ class ClusterState:
 
     def _write(self, key: str, value: dict[str, Any]) -> bool:
         """One key of the supervisor's state, the provider's own: a JSON merge patch leaves the
-        other keys (the supervisor's record) as they are. False without the state ConfigMap (a
-        destroy deletes the supervisor, its state included, before the job)."""
+        other keys (the supervisor's record) as they are. False without the state ConfigMap (none
+        named, or gone)."""
         if not self._state:
             return False
         patch = json.dumps({"data": {key: json.dumps(value)}})
