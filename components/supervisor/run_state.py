@@ -200,8 +200,7 @@ def set_seen(record: dict[str, Any], number: int, info: dict[str, Any],
     ended = record.get("ended") or {}
     if ended.get("attempt") is not None and ended["attempt"] < number:
         record["ended"] = None
-    if first_start is not None:
-        record["first_start"] = min(first_start, record.get("first_start") or first_start)
+    _keep_earliest_start(record, first_start)
     record.update(status=info["status"], last_failure=(info.get("metadata") or {}).get(
         LAST_FAILURE_KEY))
 
@@ -227,6 +226,11 @@ def set_lost(record: dict[str, Any], preempted: int, first_start: float | None =
     """LOST: the newest attempt is gone with the head's job table (a failure). `first_start`:
     the run's first start as the provider's note knows it, kept if no tick saw an attempt."""
     record.update(preempted=preempted, status="LOST")
+    _keep_earliest_start(record, first_start)
+
+
+def _keep_earliest_start(record: dict[str, Any], first_start: float | None) -> None:
+    """The run's first start: the earliest any attempt or note has shown."""
     if first_start is not None:
         record["first_start"] = min(first_start, record.get("first_start") or first_start)
 

@@ -22,11 +22,11 @@ docs/run-lifecycle.md):
   `release_gpus`, suspends the RayCluster: KubeRay deletes every Ray pod and the GPU nodes are
   free. A run given up (budget, deadline, export failed for good) is released too.
 Whether a live attempt is stopped is recovery.decide_live; what follows an attempt that ended
-without success is recovery.decide, the decision the provider's `up` makes too; every write of the record is a named transition of run_state.py,
-whose RunState is the run's state as that record holds it. Every action is saved as an intent
-before it is taken, so a tick that dies half way is finished by the next. What it did is kept
-in its record (protocol.RECORD_KEY), which the provider reads on `pulumi refresh`, and printed
-to its log.
+without success is recovery.decide, the decision the provider's `up` makes too; every write of
+the record is a named transition of run_state.py, whose RunState is the run's state as that
+record holds it. Every action is saved as an intent before it is taken, so a tick that dies
+half way is finished by the next. What it did is kept in its record (protocol.RECORD_KEY),
+which the provider reads on `pulumi refresh`, and printed to its log.
 
 Standard library only, so that its image is a plain Python (components/facts/pins.py). It
 talks to Kubernetes with its service account's token: a Role allows it to read and patch its
