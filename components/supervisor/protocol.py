@@ -1,10 +1,10 @@
 """The one protocol every submitter of a run follows, and what a verl job log says.
 
-Two actors submit a run's Ray jobs: the Pulumi provider (components/run/job_provider.py), while
-a `pulumi up` follows it, and the supervisor in the cluster (components/supervisor/supervisor.py), at
-any time after that. Both call only the functions here and recovery.decide (what follows an
-attempt that ended without success), so that together they never run two attempts of a run at
-once. The state machine and its invariants: docs/run-lifecycle.md.
+Two actors submit a run's Ray jobs: the Pulumi provider (components/run/job_provider.py),
+while a `pulumi up` follows it, and the supervisor in the cluster
+(components/supervisor/supervisor.py), at any time after that. Both call only the functions
+here and recovery.decide (what follows an attempt that ended without success), so that together
+they never run two attempts of a run at once. The state machine and its invariants: docs/run-lifecycle.md.
 - One id per attempt. Attempt N of run R is the Ray job `R-a<N>`; attempt N of its export is
   `R-export-a<N>`. Ids are never reused and records are never deleted, so each attempt has its
   own record and its own driver log (Ray names the log by submission id, ray-2.47.0
