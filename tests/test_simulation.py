@@ -13,12 +13,13 @@ tests/sim/invariants.py checked after every step.
 
 from __future__ import annotations
 
+import hypothesis
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.sim.invariants import Violation, violation_type
-from tests.sim.machine import DEADLINES_H, LifecycleMachine
+from tests.sim.machine import DEADLINES_H, LifecycleMachine, met
 from tests.sim.world import EPOCH
 
 SETUP = dict(max_retries=1, max_preemptions=None, export=False, release=False, keep=2,
@@ -297,14 +298,33 @@ def test_the_world_is_deterministic():
     assert len(first) > 5 and first == history()
 
 
+# Seed 0 meets 2 attempts failed by a lost worker and a tick past a deadline in 21 sequences
+# (derandomized draws met neither once the deadline became a draw).
+FIXED_SEED = 0
+
+
 @pytest.mark.xfail(not ALL_FIXED, strict=True, raises=Violation,
                    reason="review findings 1-8: the fixed-seed exploration meets at least one")
-def test_a_fixed_seed_exploration_keeps_every_invariant():
+def test_a_fixed_seed_exploration_keeps_every_invariant(monkeypatch):
     """Invariant: every invariant of tests/sim/invariants.py holds after every step of 20
-    derandomized sequences of up to 20 steps over every rule (`make explore` runs more)."""
-    run_state_machine_as_test(LifecycleMachine, settings=settings(
-        max_examples=20, stateful_step_count=20, derandomize=True, deadline=None,
-        database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+    sequences of up to 20 steps over every rule, drawn from FIXED_SEED (`make explore` runs
+    more). They meet an attempt failed by a worker's loss and a tick past a run's deadline; if
+    a change of the draws makes them meet neither, this fails: pick a seed that does."""
+    seen = {"preempted": 0, "past deadline": 0}
+
+    class Counted(LifecycleMachine):
+        def teardown(self) -> None:
+            if self.world is not None:
+                preempted, past_deadline = met(self.world)
+                seen["preempted"] += preempted
+                seen["past deadline"] += past_deadline
+            super().teardown()
+
+    monkeypatch.setattr(hypothesis.core, "global_force_seed", FIXED_SEED)
+    run_state_machine_as_test(Counted, settings=settings(
+        max_examples=20, stateful_step_count=20, deadline=None, database=None,
+        phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+    assert seen["preempted"] and seen["past deadline"], seen
 
 
 def test_a_plain_up_in_a_world_without_faults_runs_the_run():

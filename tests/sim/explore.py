@@ -52,11 +52,10 @@ def main(argv: list[str] | None = None) -> int:
             return super().check_invariants(*a, **k)
 
         def teardown(self) -> None:
-            if self.world is not None:  # attempts a lost worker node failed
-                counted["preempted"] += sum(1 for job in self.world.ray.submissions
-                                            if job.lost_node)
-                # a clean tick of a run began past its deadline
-                counted["past deadline"] += bool(self.world.observer.past_deadline)
+            if self.world is not None:
+                preempted, past_deadline = machine.met(self.world)
+                counted["preempted"] += preempted
+                counted["past deadline"] += past_deadline
             super().teardown()
 
     print(f"seed {seed}; {args.examples} sequences of up to {args.steps} steps"

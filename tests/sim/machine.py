@@ -43,6 +43,13 @@ def max_virtual_s(deadline_s: float) -> float:
     return deadline_s + PAST_DEADLINE_S
 
 
+def met(world: World) -> tuple[int, bool]:
+    """What a sequence met, for the explorations' counts: attempts a lost worker node failed,
+    and whether a clean tick of a run began past its deadline."""
+    return (sum(1 for job in world.ray.submissions if job.lost_node),
+            bool(world.observer.past_deadline))
+
+
 def enabled(name: str):
     return precondition(lambda self: name not in self.DISABLED and not self.gone)
 
