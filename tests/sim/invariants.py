@@ -79,7 +79,7 @@ class Observer:
         self.causes: set[str] = set()  # why runs needed a next attempt (failed, stalled, lost)
         self.endings: dict[int, str] = {}  # a training attempt's serial -> PREEMPTION, ...
         self.overdue: dict[int, int] = {}  # a training attempt's serial -> clean ticks that
-        # began after the deadline and after it, and left it live
+        # began after both the deadline and its submission, and left it live
         self.past_deadline: set[int] = set()  # runs (serials) a tick saw past their deadline
 
     def violate(self, name: str, text: str) -> None:
