@@ -41,6 +41,12 @@ def ours(lines: list[str]) -> list[str]:
     return [line for line in lines if line.startswith(OUR_TAGS)]
 
 
+def our_files(logs_dir: Path) -> list[Path]:
+    """This module's two jobs' driver logs, then their supervisor logs."""
+    return ([logs_dir / f"job-driver-{run}.log" for run in (GOOD, FAILED)]
+            + [logs_dir / "jobs" / f"supervisor-{run}.log" for run in (GOOD, FAILED)])
+
+
 def start_shipper(logs_dir: Path, out: Path) -> subprocess.Popen:
     """The sidecar's command, in its own session so that it can be ended by process group."""
     env = {
@@ -89,8 +95,7 @@ def wait_shipped(logs_dir: Path, out: Path) -> None:
     it after the status, job_supervisor.py) and the shipper has printed as many lines of each of
     this module's files as the file holds; a shipper that drops a line fails the tests after 30 s.
     """
-    files = [logs_dir / f"job-driver-{run}.log" for run in (GOOD, FAILED)]
-    files += [logs_dir / "jobs" / f"supervisor-{run}.log" for run in (GOOD, FAILED)]
+    files = our_files(logs_dir)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         lines = out.read_text().splitlines()
@@ -161,8 +166,7 @@ def test_shipper_prints_every_job_log_line_once_tagged_with_its_file(shipped):
     lines, logs = shipped
     assert all(re2.search(r"^[[](job-driver|supervisor)-[^]]+] ", l) for l in lines)
     expected = []
-    files = [logs / f"job-driver-{run}.log" for run in (GOOD, FAILED)]
-    files += [logs / "jobs" / f"supervisor-{run}.log" for run in (GOOD, FAILED)]
+    files = our_files(logs)
     for path in files:
         tag = path.name[: -len(".log")]
         file_lines = path.read_text().splitlines()
